@@ -1,0 +1,86 @@
+#pragma once
+// Accelerator models: the device description (from a preset JSON with a source for every
+// number) and the compute model that turns an operator's shape into a duration.
+//
+//   DeviceSpec d = load_device_preset("ascend-910b2", diag);
+//   ComputeModel cm{d};
+//   Seconds t = cm.gemm(4096, 7680, 1536, Precision::BF16);   // M x K times K x N
+//
+// GEMMs follow a roofline with a shape-aware efficiency: tile quantisation (the output is cut
+// into tiles of the shapes the kernel library uses), wave quantisation (tiles are spread over
+// the compute cores in waves), a K-loop fill/drain term, and a sustained-peak fraction.
+// Vector operators are memory-bound: bytes / (HBM bandwidth x efficiency). Every kernel pays a
+// fixed launch overhead.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moesim/sim/config.hpp"
+#include "moesim/sim/units.hpp"
+
+namespace moesim::models {
+
+enum class Precision : std::uint8_t { BF16, FP16, FP8 };
+const char* precision_name(Precision p);
+
+struct GemmTile {
+  int m = 128;
+  int n = 128;
+};
+
+struct DeviceSpec {
+  std::string name;
+  std::string description;
+  FlopsPerSecond peak_bf16{0};
+  FlopsPerSecond peak_fp16{0};
+  FlopsPerSecond peak_fp8{0};  ///< 0 when the device has no FP8 tensor cores
+  int compute_units = 1;
+  std::vector<GemmTile> gemm_tiles;
+  double gemm_peak_efficiency = 0.8;
+  double gemm_k_overhead = 128;  ///< elements
+  double attention_fwd_efficiency = 0.5;
+  double attention_bwd_efficiency = 0.4;
+  Bytes hbm_capacity{0};
+  BytesPerSecond hbm_bandwidth{0};
+  double hbm_efficiency = 0.8;
+  Seconds kernel_overhead{0};
+  Bytes memory_reserved{0};
+  BytesPerSecond host_bandwidth{0};
+
+  /// Dense peak for the precision GEMMs run in (FP8 falls back to BF16 when absent).
+  [[nodiscard]] FlopsPerSecond peak(Precision p) const;
+  /// The peak MFU divides by: the dense peak of the training precision.
+  [[nodiscard]] FlopsPerSecond mfu_peak(Precision p) const { return peak(p); }
+};
+
+/// Parses a device description (a preset file or an inline object). Numbers may be given as
+/// plain values or as {"value": ..., "source": "..."}. Problems go to `diag` under `pointer`.
+DeviceSpec parse_device(const nlohmann::json& j, const std::string& pointer, Diagnostics& diag);
+
+/// Operator durations on one device. Pure functions of the DeviceSpec; cheap to copy.
+class ComputeModel {
+ public:
+  explicit ComputeModel(const DeviceSpec& d) : d_(&d) {}
+
+  /// [m x k] x [k x n], `batch` independent problems of that shape (a grouped GEMM of equal
+  /// groups). Includes one kernel overhead.
+  [[nodiscard]] Seconds gemm(double m, double n, double k, Precision p, double batch = 1) const;
+  /// Fraction of peak the GEMM shape reaches (tile x wave x K term x peak fraction).
+  [[nodiscard]] double gemm_efficiency(double m, double n, double k, double batch = 1) const;
+  /// Fused (flash) attention: `bh` = batch x heads, sq queries against skv keys.
+  [[nodiscard]] Seconds attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal,
+                                  bool backward, Precision p) const;
+  /// A memory-bound kernel moving `bytes` through HBM.
+  [[nodiscard]] Seconds memory_bound(Bytes bytes) const;
+  [[nodiscard]] Seconds kernel_overhead() const { return d_->kernel_overhead; }
+  [[nodiscard]] const DeviceSpec& device() const { return *d_; }
+
+ private:
+  const DeviceSpec* d_;
+};
+
+}  // namespace moesim::models

@@ -1,0 +1,124 @@
+#pragma once
+// The workload generator: for each layer of a model, the operators of its forward pass with
+// their shapes, FLOPs, bytes moved, parameters and the activation bytes kept for backward.
+//
+//   Workload w = build_workload(spec, /*seq_len=*/4096);
+//   for (const PipelineItem& it : w.items)            // embedding, layers, head, MTP modules
+//     for (const Op& op : w.programs[it.program].ops) ...
+//   double f = w.model_flops_per_token;               // MFU numerator per token (fwd + bwd)
+//
+// Operators are described unsharded, per token. Each says which *region* of a
+// tensor-parallel layer it lives in (the rank's sequence shard, the full tokens of the TP group
+// with split weights, or the tokens dispatched to local experts), how TP splits its weights
+// (column / row), and where the layer needs communication (TP gather/scatter, EP dispatch and
+// combine). The strategy layer applies the parallel plan to these descriptions; the model
+// layer knows nothing of plans.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moesim/models/model_spec.hpp"
+
+namespace moesim::models {
+
+enum class OpKind : std::uint8_t { Gemm, Attention, Vector, Comm };
+
+enum class Region : std::uint8_t {
+  Sequence,  ///< the rank's sequence shard (tokens / TP with sequence parallelism); weights replicated
+  Tensor,    ///< all tokens of the TP group; weights (heads, hidden columns) split by TP
+  Expert,    ///< tokens routed to the rank's local experts (top-k copies)
+};
+
+enum class Split : std::uint8_t { None, Column, Row };  ///< which GEMM dimension TP splits (n / k)
+
+enum class Comm : std::uint8_t {
+  None,
+  TpGather,       ///< sequence shard -> full tokens (all-gather with SP; nothing without)
+  TpScatter,      ///< partial sums -> sequence shard (reduce-scatter with SP; all-reduce without)
+  TpReduceSmall,  ///< small all-reduce over TP (cross-entropy max / sum)
+  EpDispatch,     ///< all-to-all of routed token copies to the experts' ranks
+  EpCombine,      ///< all-to-all back to the tokens' ranks
+};
+
+/// How an activation kept for backward is spread over the TP group.
+enum class SavedLayout : std::uint8_t {
+  Sequence,  ///< per token of the sequence shard (divided by TP with SP, replicated without)
+  Split,     ///< divided by TP (per head / per column)
+  Full,      ///< every TP rank keeps all tokens
+  Expert,    ///< per routed token copy on the expert's rank
+};
+
+/// Megatron `--recompute-modules` groups an operator's saved activation belongs to.
+namespace recompute {
+inline constexpr std::uint32_t kNorm = 1u << 0;        ///< "layernorm"
+inline constexpr std::uint32_t kCoreAttn = 1u << 1;    ///< "core_attn"
+inline constexpr std::uint32_t kMlaUp = 1u << 2;       ///< "mla_up_proj"
+inline constexpr std::uint32_t kActivation = 1u << 3;  ///< "moe_act" / MLP activation
+inline constexpr std::uint32_t kMlp = 1u << 4;         ///< "mlp" (dense MLP)
+inline constexpr std::uint32_t kMoe = 1u << 5;         ///< "moe" (routed experts)
+inline constexpr std::uint32_t kShared = 1u << 6;      ///< "shared_experts"
+}  // namespace recompute
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::Vector;
+  Region region = Region::Sequence;
+  Split split = Split::None;
+  Comm comm = Comm::None;
+  // GEMM: per token [1 x k] x [k x n]; `tokens_factor` copies of each token (top-k).
+  double k = 0;
+  double n = 0;
+  double tokens_factor = 1;
+  double matrices = 1;  ///< weight matrices the op owns (experts); FLOPs per token do not depend on it
+  // Attention core (fused/flash).
+  double heads = 0;
+  double d_qk = 0;
+  double d_v = 0;
+  bool causal = true;
+  double window = 0;  ///< sliding window in tokens; 0: full
+  // Vector ops: HBM bytes moved per token (forward). Comm ops: buffer bytes per token.
+  double bytes_per_token = 0;
+  // Parameters and activations.
+  double params = 0;       ///< weights (unsharded); GEMMs: matrices x k x n
+  double saved_bytes = 0;  ///< activation bytes per token kept for backward (unsharded)
+  SavedLayout saved_layout = SavedLayout::Sequence;
+  std::uint32_t saved_tag = 0;  ///< recompute modules that drop the saved bytes
+  std::uint32_t rerun_tag = 0;  ///< recompute modules that re-run this operator in backward
+  bool model_flops = true;  ///< counted in MFU
+  bool is_embedding = false;
+  bool shares_embedding = false;  ///< output layer tied to the embedding table
+
+  /// Model FLOPs per token in the forward pass (MFU definition), for a sequence of length s.
+  [[nodiscard]] double forward_model_flops_per_token(double seq_len) const;
+};
+
+struct Program {
+  std::string name;  ///< "embedding", "dense_layer", "moe_layer", "head", "mtp"
+  std::vector<Op> ops;
+  [[nodiscard]] double params() const;
+  [[nodiscard]] double forward_model_flops_per_token(double seq_len) const;
+};
+
+enum class ItemKind : std::uint8_t { Embedding, Decoder, Head, Mtp };
+
+struct PipelineItem {
+  ItemKind kind = ItemKind::Decoder;
+  int index = 0;    ///< decoder layer or MTP module index
+  int program = 0;  ///< index into Workload::programs
+};
+
+struct Workload {
+  std::vector<Program> programs;
+  std::vector<PipelineItem> items;  ///< model order: embedding, layers, head, MTP modules
+  double seq_len = 0;
+  double model_flops_per_token = 0;  ///< forward x 3 (MFU numerator per token)
+  double params_total = 0;
+  double params_active_per_token = 0;  ///< parameters a token touches (MoE: top-k + shared experts)
+};
+
+inline constexpr double kActivationBytes = 2.0;  ///< BF16/FP16 activations
+
+Workload build_workload(const ModelSpec& m, std::int64_t seq_len);
+
+}  // namespace moesim::models

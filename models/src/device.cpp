@@ -1,0 +1,145 @@
+#include "moesim/models/device.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moesim::models {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    case Precision::FP8: return "fp8";
+  }
+  return "?";
+}
+
+FlopsPerSecond DeviceSpec::peak(Precision p) const {
+  switch (p) {
+    case Precision::BF16: return peak_bf16;
+    case Precision::FP16: return peak_fp16.value() > 0 ? peak_fp16 : peak_bf16;
+    case Precision::FP8: return peak_fp8.value() > 0 ? peak_fp8 : peak_bf16;
+  }
+  return peak_bf16;
+}
+
+DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer, Diagnostics& diag) {
+  nlohmann::json j = input;
+  strip_sources(j, pointer, diag);
+  DeviceSpec d;
+  ObjectReader r(j, pointer, diag);
+  if (!r.valid()) return d;
+  d.name = r.string({"name"}, "custom-device");
+  d.description = r.string({"description"}, "");
+  if (const auto* pf = r.get({"peak_flops"})) {
+    ObjectReader p(*pf, r.child_pointer("peak_flops"), diag);
+    d.peak_bf16 = FlopsPerSecond{p.required_quantity({"bf16"}, Dimension::FlopsPerSecond, 1e9)};
+    d.peak_fp16 = FlopsPerSecond{p.opt_quantity({"fp16"}, Dimension::FlopsPerSecond, 1e9).value_or(0.0)};
+    d.peak_fp8 = FlopsPerSecond{p.opt_quantity({"fp8"}, Dimension::FlopsPerSecond, 1e9).value_or(0.0)};
+    p.finish();
+  } else {
+    diag.error(r.child_pointer("peak_flops"), "", "is required ({\"bf16\": \"...TFLOPS\"})");
+  }
+  d.compute_units = static_cast<int>(r.required_integer({"compute_units"}, 1, 100000));
+  if (const auto* tiles = r.get({"gemm_tiles"})) {
+    const std::string tp = r.child_pointer("gemm_tiles");
+    if (!tiles->is_array() || tiles->empty()) {
+      diag.error(tp, json_brief(*tiles), "must be a non-empty list of [m, n] tile shapes");
+    } else {
+      for (std::size_t i = 0; i < tiles->size(); ++i) {
+        const auto& t = (*tiles)[i];
+        if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || !t[1].is_number_integer() ||
+            t[0].get<int>() < 1 || t[1].get<int>() < 1) {
+          diag.error(tp + "/" + std::to_string(i), json_brief(t), "must be [m, n] with positive integers");
+          continue;
+        }
+        d.gemm_tiles.push_back(GemmTile{t[0].get<int>(), t[1].get<int>()});
+      }
+    }
+  } else {
+    d.gemm_tiles = {GemmTile{128, 128}};
+    diag.error(r.child_pointer("gemm_tiles"), "", "is required (list of [m, n] output tile shapes)");
+  }
+  d.gemm_peak_efficiency = r.number({"gemm_peak_efficiency"}, 0.8, 0.01, 1.0);
+  if (!r.has({"gemm_peak_efficiency"}))
+    diag.error(r.child_pointer("gemm_peak_efficiency"), "", "is required (fraction of peak, 0..1)");
+  d.gemm_k_overhead = r.number({"gemm_k_overhead"}, 128, 0, 1e6);
+  if (const auto* ae = r.get({"attention_efficiency"})) {
+    ObjectReader a(*ae, r.child_pointer("attention_efficiency"), diag);
+    d.attention_fwd_efficiency = a.number({"forward"}, 0.5, 0.01, 1.0);
+    d.attention_bwd_efficiency = a.number({"backward"}, d.attention_fwd_efficiency * 0.75, 0.01, 1.0);
+    a.finish();
+  } else {
+    diag.error(r.child_pointer("attention_efficiency"), "", "is required ({\"forward\": f, \"backward\": b})");
+  }
+  if (const auto* hbm = r.get({"hbm"})) {
+    ObjectReader h(*hbm, r.child_pointer("hbm"), diag);
+    d.hbm_capacity = Bytes{h.required_quantity({"capacity"}, Dimension::Bytes, 1.0)};
+    d.hbm_bandwidth = BytesPerSecond{h.required_quantity({"bandwidth"}, Dimension::BytesPerSecond, 1.0)};
+    d.hbm_efficiency = h.number({"efficiency"}, 0.8, 0.01, 1.0);
+    h.finish();
+  } else {
+    diag.error(r.child_pointer("hbm"), "", "is required ({\"capacity\", \"bandwidth\", \"efficiency\"})");
+  }
+  d.kernel_overhead = Seconds{r.opt_quantity({"kernel_overhead"}, Dimension::Seconds).value_or(0.0)};
+  d.memory_reserved = Bytes{r.opt_quantity({"memory_reserved"}, Dimension::Bytes).value_or(0.0)};
+  d.host_bandwidth = BytesPerSecond{r.opt_quantity({"host_bandwidth"}, Dimension::BytesPerSecond).value_or(0.0)};
+  r.ignore({"source", "_source"});
+  r.finish();
+  return d;
+}
+
+double ComputeModel::gemm_efficiency(double m, double n, double k, double batch) const {
+  const DeviceSpec& d = *d_;
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return d.gemm_peak_efficiency;
+  const double units = d.compute_units;
+  double best = 0.0;
+  for (const GemmTile& t : d.gemm_tiles) {
+    // Tile and wave quantisation together: useful output area over the area of every tile
+    // slot in every wave.
+    const double tiles_m = std::ceil(m / t.m), tiles_n = std::ceil(n / t.n);
+    const double tiles = tiles_m * tiles_n * batch;
+    const double waves = std::ceil(tiles / units);
+    const double util = (m * n * batch) / (waves * units * t.m * t.n);
+    best = std::max(best, util);
+  }
+  const double k_term = k / (k + d.gemm_k_overhead);
+  return d.gemm_peak_efficiency * best * k_term;
+}
+
+Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return Seconds{0};
+  const DeviceSpec& d = *d_;
+  const Flops flops{2.0 * m * n * k * batch};
+  const Seconds compute = flops / (d.peak(p) * gemm_efficiency(m, n, k, batch));
+  const double elem = p == Precision::FP8 ? 1.0 : 2.0;
+  // Inputs read once, output written once in 16-bit (FP8 GEMMs write BF16).
+  const Bytes bytes{((m * k + k * n) * elem + m * n * 2.0) * batch};
+  const Seconds memory = bytes / (d.hbm_bandwidth * d.hbm_efficiency);
+  return std::max(compute, memory) + d.kernel_overhead;
+}
+
+Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal, bool backward,
+                                Precision p) const {
+  if (bh <= 0 || sq <= 0 || skv <= 0) return Seconds{0};
+  const DeviceSpec& d = *d_;
+  // Forward: QK^T and PV, 2 FLOPs per MAC; the causal mask halves the work. Backward of a
+  // flash kernel recomputes QK^T and computes dV, dP, dQ, dK: 2.5x the forward FLOPs.
+  double flops = 2.0 * bh * sq * skv * (d_qk + d_v);
+  if (causal) flops *= 0.5;
+  if (backward) flops *= 2.5;
+  const double eff = backward ? d.attention_bwd_efficiency : d.attention_fwd_efficiency;
+  // Attention runs in 16-bit even in FP8 recipes (Transformer Engine keeps DPA in BF16).
+  const Precision ap = p == Precision::FP8 ? Precision::BF16 : p;
+  const Seconds compute = Flops{flops} / (d.peak(ap) * eff);
+  const double io = bh * (sq * (d_qk + d_v) + skv * (d_qk + d_v)) * 2.0 * (backward ? 2.0 : 1.0);
+  const Seconds memory = Bytes{io} / (d.hbm_bandwidth * d.hbm_efficiency);
+  return std::max(compute, memory) + d.kernel_overhead;
+}
+
+Seconds ComputeModel::memory_bound(Bytes bytes) const {
+  if (bytes.value() <= 0) return Seconds{0};
+  return bytes / (d_->hbm_bandwidth * d_->hbm_efficiency) + d_->kernel_overhead;
+}
+
+}  // namespace moesim::models

@@ -1,0 +1,118 @@
+#include "moesim/models/presets.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace moesim::models {
+
+std::vector<std::string> preset_names(std::string_view kind) {
+  std::vector<std::string> out;
+  for (const EmbeddedFile& f : embedded_presets())
+    if (f.kind == kind) out.emplace_back(f.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string_view> preset_text(std::string_view kind, std::string_view name) {
+  for (const EmbeddedFile& f : embedded_presets())
+    if (f.kind == kind && f.name == name) return f.text;
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> preset_json(std::string_view kind, std::string_view name) {
+  auto t = preset_text(kind, name);
+  if (!t) return std::nullopt;
+  return nlohmann::json::parse(*t);
+}
+
+namespace {
+std::string list_names(std::string_view kind) {
+  std::string s;
+  for (const auto& n : preset_names(kind)) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+void unknown_preset(Diagnostics& diag, const std::string& pointer, const std::string& name, std::string_view kind) {
+  std::string msg = "is not a " + std::string(kind) + " preset";
+  const auto near = closest_match(name, preset_names(kind));
+  if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
+  msg += " Known: " + list_names(kind);
+  diag.error(pointer, "\"" + name + "\"", msg);
+}
+}  // namespace
+
+DeviceSpec load_device(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag) {
+  if (spec.is_string()) {
+    const std::string name = spec.get<std::string>();
+    auto j = preset_json("device", name);
+    if (!j) {
+      unknown_preset(diag, pointer, name, "device");
+      return DeviceSpec{};
+    }
+    Diagnostics local("models/presets/devices/" + name + ".json");
+    DeviceSpec d = parse_device(*j, "", local);
+    for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+    return d;
+  }
+  if (spec.is_object() && spec.contains("preset")) {
+    // A preset with some fields overridden.
+    const auto& p = spec["preset"];
+    if (!p.is_string()) {
+      diag.error(pointer + "/preset", json_brief(p), "must be a device preset name");
+      return DeviceSpec{};
+    }
+    auto base = preset_json("device", p.get<std::string>());
+    if (!base) {
+      unknown_preset(diag, pointer + "/preset", p.get<std::string>(), "device");
+      return DeviceSpec{};
+    }
+    nlohmann::json merged = *base;
+    Diagnostics strip_diag;
+    strip_sources(merged, "", strip_diag);
+    nlohmann::json patch = spec;
+    patch.erase("preset");
+    merged.merge_patch(patch);
+    return parse_device(merged, pointer, diag);
+  }
+  if (!spec.is_object()) {
+    diag.error(pointer, json_brief(spec), "must be a device preset name or a device object");
+    return DeviceSpec{};
+  }
+  return parse_device(spec, pointer, diag);
+}
+
+ModelSpec load_model(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag,
+                     const std::string& base_dir) {
+  if (spec.is_string()) {
+    const std::string name = spec.get<std::string>();
+    if (auto j = preset_json("model", name)) {
+      Diagnostics local("models/presets/models/" + name + ".json");
+      ModelSpec m = parse_model_config(*j, "", local);
+      for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+      if (m.name.empty() || m.name == m.architecture) m.name = name;
+      return m;
+    }
+    const bool looks_like_path =
+        name.find('/') != std::string::npos || (name.size() > 5 && name.substr(name.size() - 5) == ".json");
+    if (!looks_like_path) {
+      unknown_preset(diag, pointer, name, "model");
+      return ModelSpec{};
+    }
+    std::filesystem::path path(name);
+    if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+    Diagnostics local(path.string());
+    auto j = read_json_file(path.string(), local);
+    ModelSpec m;
+    if (j) m = parse_model_config(*j, "", local);
+    for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+    if (m.name.empty() || m.name == m.architecture) m.name = path.stem().string();
+    return m;
+  }
+  if (!spec.is_object()) {
+    diag.error(pointer, json_brief(spec), "must be a model preset name, a path to a config.json, or a config object");
+    return ModelSpec{};
+  }
+  return parse_model_config(spec, pointer, diag);
+}
+
+}  // namespace moesim::models

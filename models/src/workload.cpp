@@ -1,0 +1,341 @@
+#include "moesim/models/workload.hpp"
+
+#include <algorithm>
+
+namespace moesim::models {
+
+double Op::forward_model_flops_per_token(double seq_len) const {
+  if (!model_flops) return 0.0;
+  if (kind == OpKind::Gemm) return 2.0 * k * n * tokens_factor;
+  if (kind == OpKind::Attention) {
+    // Keys a query attends to, on average. Causal: s/2; causal with a window w < s: w - w^2/(2s).
+    double keys = seq_len;
+    if (causal) keys = seq_len / 2.0;
+    if (window > 0 && window < seq_len) keys = causal ? window - window * window / (2.0 * seq_len) : window;
+    return 2.0 * heads * (d_qk + d_v) * keys;
+  }
+  return 0.0;
+}
+
+double Program::params() const {
+  double p = 0;
+  for (const Op& op : ops) p += op.params;
+  return p;
+}
+
+double Program::forward_model_flops_per_token(double seq_len) const {
+  double f = 0;
+  for (const Op& op : ops) f += op.forward_model_flops_per_token(seq_len);
+  return f;
+}
+
+namespace {
+
+constexpr double B = kActivationBytes;
+
+Op gemm(std::string name, Region region, Split split, double k, double n) {
+  Op o;
+  o.name = std::move(name);
+  o.kind = OpKind::Gemm;
+  o.region = region;
+  o.split = split;
+  o.k = k;
+  o.n = n;
+  o.params = k * n;
+  return o;
+}
+
+Op vec(std::string name, Region region, double bytes_per_token) {
+  Op o;
+  o.name = std::move(name);
+  o.kind = OpKind::Vector;
+  o.region = region;
+  o.bytes_per_token = bytes_per_token;
+  o.model_flops = false;
+  return o;
+}
+
+Op comm(std::string name, Comm c, double bytes_per_token) {
+  Op o;
+  o.name = std::move(name);
+  o.kind = OpKind::Comm;
+  o.comm = c;
+  o.region = Region::Tensor;
+  o.bytes_per_token = bytes_per_token;
+  o.model_flops = false;
+  return o;
+}
+
+Op saving(Op o, double bytes, SavedLayout layout, std::uint32_t tag = 0) {
+  o.saved_bytes = bytes;
+  o.saved_layout = layout;
+  o.saved_tag = tag;
+  return o;
+}
+
+Op rerun(Op o, std::uint32_t tag) {
+  o.rerun_tag = tag;
+  return o;
+}
+
+// A normalisation: reads and writes the hidden vector; keeps its input for backward.
+Op norm(std::string name, double width, Region region = Region::Sequence) {
+  Op o = vec(std::move(name), region, 2.0 * width * B);
+  o.params = width;
+  o.rerun_tag = recompute::kNorm;  // its output (the next GEMM's input) is dropped and recomputed
+  return saving(o, width * B, region == Region::Sequence ? SavedLayout::Sequence : SavedLayout::Full, 0);
+}
+
+void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+  const double h = static_cast<double>(m.hidden);
+  const double heads = m.heads;
+  ops.push_back(norm(p + "attn_norm", h));
+  if (m.attention == AttentionKind::MLA) {
+    const double qk = m.qk_nope_dim + m.qk_rope_dim;
+    const double latent = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank + m.qk_rope_dim;
+    // Down projections run on the sequence shard with replicated weights; the small latents
+    // (not the hidden states) are then gathered across TP (Megatron-core MLA with SP).
+    if (m.q_lora_rank > 0) {
+      ops.push_back(saving(gemm(p + "q_down", Region::Sequence, Split::None, h, m.q_lora_rank), h * B,
+                           SavedLayout::Sequence, recompute::kNorm));
+      ops.push_back(gemm(p + "kv_down", Region::Sequence, Split::None, h, m.kv_lora_rank + m.qk_rope_dim));
+      ops.push_back(norm(p + "q_norm", m.q_lora_rank));
+    } else {
+      ops.push_back(saving(gemm(p + "kv_down", Region::Sequence, Split::None, h, m.kv_lora_rank + m.qk_rope_dim), h * B,
+                           SavedLayout::Sequence, recompute::kNorm));
+    }
+    ops.push_back(norm(p + "kv_norm", m.kv_lora_rank));
+    ops.push_back(comm(p + "latent_gather", Comm::TpGather, latent * B));
+    if (m.q_lora_rank > 0) {
+      ops.push_back(rerun(saving(gemm(p + "q_up", Region::Tensor, Split::Column, m.q_lora_rank, heads * qk),
+                                 m.q_lora_rank * B, SavedLayout::Full, 0),
+                          recompute::kMlaUp));
+    } else {
+      ops.push_back(saving(gemm(p + "q_proj", Region::Tensor, Split::Column, h, heads * qk), h * B, SavedLayout::Full,
+                           recompute::kNorm));
+    }
+    ops.push_back(rerun(saving(gemm(p + "kv_up", Region::Tensor, Split::Column, m.kv_lora_rank,
+                                    heads * (m.qk_nope_dim + m.v_head_dim)),
+                               m.kv_lora_rank * B, SavedLayout::Full, 0),
+                        recompute::kMlaUp));
+    ops.push_back(rerun(vec(p + "rope", Region::Tensor, 2.0 * (heads + 1) * m.qk_rope_dim * B), recompute::kMlaUp));
+    Op core;
+    core.name = p + "core_attn";
+    core.kind = OpKind::Attention;
+    core.region = Region::Tensor;
+    core.split = Split::Column;
+    core.heads = heads;
+    core.d_qk = qk;
+    core.d_v = m.v_head_dim;
+    core.window = static_cast<double>(m.sliding_window);
+    // Flash attention keeps Q, K, V (the up-projection outputs) and its softmax statistics.
+    core.rerun_tag = recompute::kCoreAttn;
+    ops.push_back(saving(core, heads * (2 * qk + m.v_head_dim) * B + heads * 4.0, SavedLayout::Split, recompute::kMlaUp));
+    ops.push_back(saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * m.v_head_dim, h),
+                         heads * m.v_head_dim * B, SavedLayout::Split, recompute::kCoreAttn));
+  } else {
+    const double d = m.head_dim;
+    const double kvh = m.kv_heads;
+    ops.push_back(comm(p + "attn_gather", Comm::TpGather, h * B));
+    ops.push_back(saving(gemm(p + "qkv", Region::Tensor, Split::Column, h, (heads + 2 * kvh) * d), h * B,
+                         SavedLayout::Sequence, recompute::kNorm));
+    if (m.qk_norm) ops.push_back(vec(p + "qk_norm", Region::Tensor, 2.0 * (heads + kvh) * d * B));
+    ops.push_back(vec(p + "rope", Region::Tensor, 2.0 * (heads + kvh) * d * B));
+    Op core;
+    core.name = p + "core_attn";
+    core.kind = OpKind::Attention;
+    core.region = Region::Tensor;
+    core.split = Split::Column;
+    core.heads = heads;
+    core.d_qk = d;
+    core.d_v = d;
+    core.window = static_cast<double>(m.sliding_window);
+    core.rerun_tag = recompute::kCoreAttn;
+    ops.push_back(saving(core, (heads + 2 * kvh) * d * B + heads * 4.0, SavedLayout::Split, 0));
+    ops.push_back(saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * d, h), heads * d * B,
+                         SavedLayout::Split, recompute::kCoreAttn));
+  }
+  ops.push_back(comm(p + "attn_scatter", Comm::TpScatter, h * B));
+  if (m.sandwich_norm) ops.push_back(norm(p + "attn_post_norm", h));
+  ops.push_back(vec(p + "attn_residual", Region::Sequence, 3.0 * h * B));
+}
+
+// Gated (SwiGLU) or plain (GELU) MLP of width f, tensor-parallel with SP gather / scatter.
+void dense_mlp(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, double f, std::uint32_t tag,
+               bool with_norm) {
+  const double h = static_cast<double>(m.hidden);
+  if (with_norm) ops.push_back(norm(p + "mlp_norm", h));
+  ops.push_back(rerun(comm(p + "mlp_gather", Comm::TpGather, h * B), tag));
+  const bool gated = m.mlp == MlpKind::SwiGLU;
+  const double up = gated ? 2 * f : f;
+  ops.push_back(rerun(saving(gemm(p + "mlp_up", Region::Tensor, Split::Column, h, up), h * B, SavedLayout::Sequence,
+                             recompute::kNorm | tag),
+                      tag));
+  Op act = vec(p + "mlp_act", Region::Tensor, (up + f) * B);
+  act.split = Split::Column;
+  act.rerun_tag = recompute::kActivation | tag;
+  ops.push_back(saving(act, up * B, SavedLayout::Split, tag));
+  ops.push_back(saving(gemm(p + "mlp_down", Region::Tensor, Split::Row, f, h), f * B, SavedLayout::Split,
+                       recompute::kActivation | tag));
+  ops.push_back(comm(p + "mlp_scatter", Comm::TpScatter, h * B));
+}
+
+void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+  const double h = static_cast<double>(m.hidden);
+  const double e = m.num_experts;
+  const double k = m.top_k;
+  const double f = static_cast<double>(m.expert_ffn_hidden);
+  ops.push_back(norm(p + "moe_norm", h));
+  // Router on the sequence shard: logits, then softmax / top-k in FP32.
+  ops.push_back(saving(gemm(p + "router", Region::Sequence, Split::None, h, e), h * B, SavedLayout::Sequence,
+                       recompute::kNorm));
+  ops.push_back(saving(vec(p + "router_topk", Region::Sequence, e * (B + 4.0 + 4.0)), e * 4.0, SavedLayout::Sequence, 0));
+  ops.push_back(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B));
+  ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe));
+  Op up = gemm(p + "expert_up", Region::Expert, Split::Column, h, 2 * f);
+  up.tokens_factor = k;
+  up.matrices = e;
+  up.params = e * h * 2 * f;
+  up.rerun_tag = recompute::kMoe;
+  ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe));
+  Op act = vec(p + "expert_act", Region::Expert, 3.0 * f * B);
+  act.tokens_factor = k;
+  act.split = Split::Column;
+  act.rerun_tag = recompute::kMoe | recompute::kActivation;
+  ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe));
+  Op down = gemm(p + "expert_down", Region::Expert, Split::Row, f, h);
+  down.tokens_factor = k;
+  down.matrices = e;
+  down.params = e * f * h;
+  ops.push_back(saving(down, f * B, SavedLayout::Expert, recompute::kMoe | recompute::kActivation));
+  ops.push_back(comm(p + "combine", Comm::EpCombine, k * h * B));
+  // Weighted sum of the k expert outputs; backward needs them and the routing weights.
+  ops.push_back(saving(vec(p + "unpermute", Region::Sequence, (k + 1.0) * h * B), k * h * B, SavedLayout::Sequence, 0));
+  if (m.num_shared_experts > 0)
+    dense_mlp(m, ops, p + "shared_", static_cast<double>(m.shared_expert_ffn_hidden), recompute::kShared, false);
+}
+
+Program decoder_program(const ModelSpec& m, bool moe, const std::string& name, const std::string& prefix = "") {
+  Program prog;
+  prog.name = name;
+  attention_block(m, prog.ops, prefix);
+  const double h = static_cast<double>(m.hidden);
+  if (moe) {
+    moe_block(m, prog.ops, prefix);
+  } else {
+    dense_mlp(m, prog.ops, prefix, static_cast<double>(m.ffn_hidden), recompute::kMlp, true);
+  }
+  if (m.sandwich_norm) prog.ops.push_back(norm(prefix + "mlp_post_norm", h));
+  prog.ops.push_back(vec(prefix + "mlp_residual", Region::Sequence, 3.0 * h * B));
+  return prog;
+}
+
+Op embedding_lookup(const ModelSpec& m, const std::string& name, bool owns_table) {
+  const double h = static_cast<double>(m.hidden);
+  // Vocabulary-parallel table: each TP rank looks up its rows; partial results are reduced.
+  Op o = vec(name, Region::Tensor, 2.0 * h * B);
+  o.split = Split::Column;
+  o.is_embedding = true;
+  o.params = owns_table ? static_cast<double>(m.vocab) * h : 0.0;
+  return o;
+}
+
+void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+  const double h = static_cast<double>(m.hidden);
+  const double v = static_cast<double>(m.vocab);
+  ops.push_back(norm(p + "final_norm", h));
+  ops.push_back(comm(p + "head_gather", Comm::TpGather, h * B));
+  Op lm = gemm(p + "lm_head", Region::Tensor, Split::Column, h, v);
+  // Tied output weights are the embedding table; Megatron keeps a copy on the last pipeline
+  // stage (synchronised by an embedding-gradient all-reduce), so memory still counts it there.
+  lm.shares_embedding = m.tie_embeddings;
+  ops.push_back(saving(lm, h * B, SavedLayout::Sequence, recompute::kNorm));
+  // Vocabulary-parallel cross-entropy in FP32: read logits, exp / max / sum passes, write
+  // softmax; the softmax is kept for backward.
+  Op ce = vec(p + "cross_entropy", Region::Tensor, v * (B + 4.0 + 4.0));
+  ce.split = Split::Column;
+  ops.push_back(saving(ce, v * 4.0, SavedLayout::Split, 0));
+  ops.push_back(comm(p + "loss_reduce", Comm::TpReduceSmall, 3 * 4.0));
+}
+
+}  // namespace
+
+Workload build_workload(const ModelSpec& m, std::int64_t seq_len) {
+  Workload w;
+  w.seq_len = static_cast<double>(seq_len);
+  const double h = static_cast<double>(m.hidden);
+
+  Program emb;
+  emb.name = "embedding";
+  emb.ops.push_back(embedding_lookup(m, "embed", true));
+  if (m.learned_positions > 0) {
+    Op pos = vec("pos_embed", Region::Sequence, 3.0 * h * B);
+    pos.params = static_cast<double>(m.learned_positions) * h;
+    emb.ops.push_back(pos);
+  }
+  emb.ops.push_back(comm("embed_scatter", Comm::TpScatter, h * B));
+  w.programs.push_back(std::move(emb));
+
+  const int dense_prog = static_cast<int>(w.programs.size());
+  w.programs.push_back(decoder_program(m, false, "dense_layer"));
+  int moe_prog = -1;
+  if (m.is_moe()) {
+    moe_prog = static_cast<int>(w.programs.size());
+    w.programs.push_back(decoder_program(m, true, "moe_layer"));
+  }
+
+  Program head;
+  head.name = "head";
+  head_ops(m, head.ops, "");
+  const int head_prog = static_cast<int>(w.programs.size());
+  w.programs.push_back(std::move(head));
+
+  int mtp_prog = -1;
+  if (m.mtp_layers > 0) {
+    // DeepSeek-V3 style MTP module: embedding of the next tokens (shared table, a copy on the
+    // last stage), two norms, a projection of [h; e] (2h -> h), one decoder layer, the shared
+    // output head and its loss.
+    Program mtp;
+    mtp.name = "mtp";
+    mtp.ops.push_back(embedding_lookup(m, "mtp.embed", false));
+    mtp.ops.push_back(comm("mtp.embed_scatter", Comm::TpScatter, h * B));
+    mtp.ops.push_back(norm("mtp.enorm", h));
+    mtp.ops.push_back(norm("mtp.hnorm", h));
+    mtp.ops.push_back(saving(gemm("mtp.eh_proj", Region::Sequence, Split::None, 2 * h, h), 2 * h * B,
+                             SavedLayout::Sequence, recompute::kNorm));
+    const bool moe_layer = m.is_moe() && !m.is_moe_layer.empty() && m.is_moe_layer.back();
+    Program layer = decoder_program(m, moe_layer, "mtp_layer", "mtp.");
+    for (auto& op : layer.ops) mtp.ops.push_back(std::move(op));
+    head_ops(m, mtp.ops, "mtp.");
+    // The MTP head shares the main output layer's weights.
+    for (auto& op : mtp.ops)
+      if (op.name == "mtp.lm_head") op.params = 0;
+    mtp_prog = static_cast<int>(w.programs.size());
+    w.programs.push_back(std::move(mtp));
+  }
+
+  w.items.push_back(PipelineItem{ItemKind::Embedding, 0, 0});
+  for (int i = 0; i < m.num_layers; ++i)
+    w.items.push_back(PipelineItem{ItemKind::Decoder, i, m.is_moe_layer[i] ? moe_prog : dense_prog});
+  w.items.push_back(PipelineItem{ItemKind::Head, 0, head_prog});
+  for (int i = 0; i < m.mtp_layers; ++i) w.items.push_back(PipelineItem{ItemKind::Mtp, i, mtp_prog});
+
+  double fwd = 0, params = 0, active = 0;
+  for (const PipelineItem& it : w.items) {
+    const Program& p = w.programs[it.program];
+    fwd += p.forward_model_flops_per_token(w.seq_len);
+    params += p.params();
+    for (const Op& op : p.ops) {
+      if (op.kind == OpKind::Gemm) active += op.k * op.n * op.tokens_factor;
+      else if (op.is_embedding) active += op.params > 0 ? h : 0;
+      else active += op.params;
+    }
+  }
+  if (m.tie_embeddings) params -= static_cast<double>(m.vocab) * h;  // counted once, as the embedding
+  w.model_flops_per_token = 3.0 * fwd;
+  w.params_total = params;
+  w.params_active_per_token = active;
+  return w;
+}
+
+}  // namespace moesim::models

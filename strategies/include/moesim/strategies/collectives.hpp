@@ -1,0 +1,63 @@
+#pragma once
+// Collective algorithms timed from the topology: ring, full-mesh, recursive halving-doubling,
+// hierarchical (intra-server then inter-server) all-reduce / reduce-scatter / all-gather,
+// pairwise all-to-all and hierarchical all-to-all (aggregate across servers, then exchange
+// inside the server), with the alpha-beta formulas of HCCL's documentation (hardware.md).
+//
+//   GroupShape g = analyze_group(topo, devices_of_the_group);
+//   CollectiveCost c = collective_cost(Collective::AllReduce, bytes, g);   // best algorithm
+//   CollectiveCost r = collective_cost(Collective::AllReduce, bytes, g, Algorithm::Ring);
+//
+// Sizes: all-reduce `bytes` = the buffer; reduce-scatter = each rank's input (the full buffer);
+// all-gather = each rank's output (the full buffer); all-to-all = what each rank sends in total
+// (including the share it keeps). Reduction arithmetic is assumed to hide behind the transfers.
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "moesim/topologies/topology.hpp"
+
+namespace moesim::strategies {
+
+enum class Collective : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll, SendRecv };
+enum class Algorithm : std::uint8_t { Auto, Ring, Mesh, HalvingDoubling, Hierarchical, Pairwise, HierarchicalAllToAll };
+
+const char* collective_name(Collective c);
+const char* algorithm_name(Algorithm a);
+
+/// How a group of ranks sits on the cluster, as seen by the collective models.
+struct GroupShape {
+  int size = 1;
+  int nodes = 1;     ///< servers spanned
+  int per_node = 1;  ///< members per server (the groups are regular)
+  bool mesh = false;  ///< scale-up is a full mesh: one link per pair of members
+  double intra_bandwidth = 0;  ///< bytes/s: per link (mesh) or per member (switch)
+  double intra_latency = 0;    ///< seconds per step
+  double inter_bandwidth = 0;  ///< bytes/s per member across servers
+  double inter_latency = 0;    ///< seconds per step
+  [[nodiscard]] bool single() const { return size <= 1; }
+  [[nodiscard]] bool spans_nodes() const { return nodes > 1; }
+  [[nodiscard]] bool shares_node() const { return per_node > 1; }
+};
+
+/// Derives the shape from the devices of one group (routes between members of the topology).
+GroupShape analyze_group(const topologies::Topology& topo, std::span<const int> devices);
+
+struct CollectiveCost {
+  Seconds time{0};
+  Algorithm algorithm = Algorithm::Auto;
+  double inter_bytes = 0;  ///< bytes each member sends across servers
+  double intra_bytes = 0;  ///< bytes each member sends inside its server
+};
+
+/// Cost of a collective. Algorithm::Auto picks the fastest applicable algorithm, as HCCL's and
+/// NCCL's selectors do. `dedup` (all-to-all only, 0..1] is the fraction of cross-server bytes
+/// left after aggregating copies bound for the same server (hierarchical all-to-all).
+CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& g, Algorithm algo = Algorithm::Auto,
+                               double dedup = 1.0);
+
+/// Point-to-point transfer of `bytes` along a route.
+Seconds p2p_time(double bytes, const topologies::Route& r);
+
+}  // namespace moesim::strategies

@@ -1,0 +1,99 @@
+#pragma once
+// Lowering: a scenario (model workload + cluster + plan) becomes a flat task graph for the
+// simulated ranks, plus the memory plan of every pipeline stage.
+//
+//   Lowered low = lower(scenario, topology, workload);
+//   sim::RunResult run = sim::Engine(low.graph).run();
+//
+// Which ranks are simulated depends on the fidelity: `balanced` and `fast` simulate one rank
+// per pipeline stage (every other rank of a stage is identical: same operators, same
+// collectives), `full` simulates every rank and runs each collective as one task that holds
+// the communication streams of all its members. `fast` also merges each (micro-batch, chunk,
+// pass) into one task per stream. Each simulated rank has streams (compute, tp, cp, ep, pp, dp)
+// and two link resources (its scale-up port and its NIC) that communication holds while it
+// transfers, so overlapped gradient traffic and expert all-to-all contend for the NIC.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moesim/models/workload.hpp"
+#include "moesim/sim/task_graph.hpp"
+#include "moesim/strategies/collectives.hpp"
+#include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/schedule.hpp"
+
+namespace moesim::strategies {
+
+/// Task categories (sim::Category values).
+enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOptimizer, kNumCats };
+const std::vector<std::string>& category_names();
+[[nodiscard]] inline bool is_comm(sim::Category c) { return c >= kTpComm && c <= kDpComm; }
+
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp };
+inline constexpr int kNumStreams = 6;
+const char* stream_name(Stream s);
+
+struct SimRank {
+  int global_rank = 0;
+  int stage = 0;
+  int local = 0;        ///< index inside the stage (tp fastest, then cp, then dp)
+  double weight = 1.0;  ///< real ranks this simulated rank stands for
+  std::array<sim::ResourceId, kNumStreams> streams{};
+  sim::ResourceId scaleup_port = 0;
+  sim::ResourceId nic = 0;
+};
+
+struct MemoryBreakdown {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;  ///< peak of the in-flight micro-batches under the schedule
+  double transient = 0;    ///< working buffers of one operator (logits, gathered inputs)
+  double reserved = 0;     ///< runtime, communication buffers, fragmentation
+  int peak_inflight = 0;   ///< micro-batch chunks alive at the activation peak
+  [[nodiscard]] double total() const { return weights + gradients + optimizer + activations + transient + reserved; }
+};
+
+struct StageInfo {
+  int stage = 0;
+  std::vector<std::vector<int>> chunk_items;  ///< per chunk: indices into Workload::items
+  int decoder_layers = 0;
+  double params_dense = 0;   ///< parameters held by one rank of this stage
+  double params_expert = 0;
+  double activation_bytes_per_microbatch = 0;  ///< all chunks of the stage, one micro-batch each
+  MemoryBreakdown memory;
+  double forward_seconds = 0;   ///< one micro-batch through all chunks of the stage
+  double backward_seconds = 0;  ///< including recomputation
+};
+
+/// One collective as lowered, for reports ("where the bytes go").
+struct CollectiveUse {
+  std::string group;      ///< "tp", "ep", "dp", ...
+  std::string operation;  ///< "all-gather", "all-to-all", ...
+  std::string algorithm;
+  int group_size = 1;
+  double bytes = 0;
+  double seconds = 0;
+  int count_per_step = 0;  ///< on one simulated rank
+};
+
+struct Lowered {
+  sim::TaskGraph graph;
+  std::vector<SimRank> ranks;
+  std::vector<StageInfo> stages;
+  std::vector<double> executed_flops;  ///< per simulated rank, one step (incl. recompute)
+  std::vector<int> layers_per_virtual_stage;
+  std::vector<CollectiveUse> collectives;
+  std::vector<StageOrder> schedule;
+  double optimizer_seconds = 0;
+};
+
+Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w);
+
+/// Expected fraction of cross-server all-to-all bytes left after merging the copies of a token
+/// bound for the same server: `experts` spread evenly over `servers`, top-k chosen uniformly.
+double alltoall_dedup_ratio(int experts, int top_k, int servers);
+
+}  // namespace moesim::strategies

@@ -1,0 +1,110 @@
+#pragma once
+// The parallel plan and the training settings, in Megatron-LM's vocabulary, and the scenario
+// that ties model, cluster, training and plan together.
+//
+//   Scenario s = load_scenario_file("scenarios/pangu-ultra-moe-718b.json", {"parallelism.tp=4"});
+//   s.plan.tp; s.plan.dp;              // dp derived from devices / (tp x pp x cp)
+//   s.plan.ep_groups();                // expert-parallel size after TP-extend-EP
+//
+// Loading validates everything at once: unknown keys, bad units, and plans that do not divide
+// (EP vs experts, TP vs heads, PP x VPP vs layers, devices vs TP x PP x CP x DP, batch vs
+// micro-batches). Problems are thrown together as one ConfigError.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moesim/models/device.hpp"
+#include "moesim/models/model_spec.hpp"
+#include "moesim/sim/config.hpp"
+#include "moesim/topologies/topology.hpp"
+
+namespace moesim::strategies {
+
+enum class Recompute : std::uint8_t { None, Selective, Full };
+enum class RecomputeMethod : std::uint8_t { Uniform, Block };
+enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved };
+enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical };
+enum class Fidelity : std::uint8_t { Fast, Balanced, Full };
+
+const char* fidelity_name(Fidelity f);
+std::optional<Fidelity> parse_fidelity(std::string_view s);
+
+struct Plan {
+  int tp = 1;
+  int pp = 1;
+  int vpp = 1;
+  int ep = 1;       ///< expert_model_parallel_size as given
+  int etp = 0;      ///< expert_tensor_parallel_size; 0 = Megatron default (= tp)
+  int cp = 1;
+  int dp = 0;       ///< derived when 0
+  int mbs = 1;
+  bool sequence_parallel = false;
+  bool distributed_optimizer = false;
+  bool moe_tp_extend_ep = false;  ///< MindSpeed: TP ranks become extra EP ranks (experts not TP-split)
+  Recompute recompute = Recompute::None;
+  RecomputeMethod recompute_method = RecomputeMethod::Uniform;
+  int recompute_num_layers = 0;  ///< full recompute: layers per virtual stage (0 = all)
+  std::uint32_t recompute_modules = 0;  ///< selective: models::recompute bit set
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  AllToAllAlgo alltoall = AllToAllAlgo::Flat;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.
+  std::string partition = "auto";       ///< "auto" (balance time), "even", or "explicit"
+  std::vector<int> layers_per_stage;    ///< explicit: per virtual stage, pp*vpp entries
+  int first_stage_layers = -1;          ///< decoder_first_pipeline_num_layers
+  int last_stage_layers = -1;           ///< decoder_last_pipeline_num_layers
+  int noop_layers = 0;                  ///< MindSpeed padding layers (count) at the end
+
+  // Derived by validate():
+  int num_microbatches = 0;
+  [[nodiscard]] int ep_size() const { return moe_tp_extend_ep ? ep * tp : ep; }
+  [[nodiscard]] int etp_size() const { return moe_tp_extend_ep ? 1 : (etp > 0 ? etp : tp); }
+  [[nodiscard]] int edp_size() const { return (tp * cp * dp) / (ep_size() * etp_size()); }
+  [[nodiscard]] int virtual_stages() const { return pp * vpp; }
+};
+
+struct TrainingSpec {
+  std::int64_t seq_length = 4096;
+  std::int64_t global_batch_size = 1;
+  models::Precision precision = models::Precision::BF16;
+  [[nodiscard]] double tokens_per_step() const {
+    return static_cast<double>(seq_length) * static_cast<double>(global_batch_size);
+  }
+};
+
+struct SimulationOptions {
+  Fidelity fidelity = Fidelity::Balanced;
+};
+
+struct Scenario {
+  std::string file = "<inline>";
+  nlohmann::json document;  ///< the effective scenario (after --set overrides)
+  std::string model_name;
+  models::ModelSpec model;
+  topologies::ClusterSpec cluster;
+  TrainingSpec training;
+  Plan plan;
+  SimulationOptions simulation;
+  std::uint64_t seed = 1;
+};
+
+/// Loads and validates a scenario document. Throws ConfigError listing every problem.
+Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir);
+/// Reads SCENARIO ("-" for stdin), applies `--set` overrides, loads. Throws ConfigError.
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides);
+
+/// Checks divisibility and consistency of a plan against the model and cluster, deriving dp
+/// and the number of micro-batches. Problems go to `diag` (JSON paths under /parallelism).
+void validate_plan(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
+                   Diagnostics& diag);
+
+/// Parses a Megatron / MindSpeed command line into parallelism and training keys.
+void apply_megatron_args(const std::string& args, nlohmann::json& parallelism, nlohmann::json& training,
+                         const std::string& pointer, Diagnostics& diag);
+
+}  // namespace moesim::strategies

@@ -1,0 +1,105 @@
+#pragma once
+// One training step, end to end: scenario -> workload -> topology -> task graph -> engine ->
+// result (step time, tokens/s, MFU/HFU, where the time goes, memory per stage).
+//
+//   Scenario s = load_scenario_file("scenarios/pangu-ultra-moe-718b.json", {});
+//   Simulation sim = simulate(s);
+//   sim.result.mfu;  sim.result.breakdown.bubble;  to_json(sim.result).dump(2);
+//
+// The breakdown is per device: every instant of a simulated rank's step is either compute
+// (its compute stream is busy), exposed communication of one kind (only communication is
+// running; tp > cp > ep > pp > dp when several are), or idle, which is pipeline bubble. The
+// parts are averaged over all devices and add up to the step time.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moesim/models/workload.hpp"
+#include "moesim/sim/engine.hpp"
+#include "moesim/strategies/lower.hpp"
+#include "moesim/strategies/plan.hpp"
+
+namespace moesim::strategies {
+
+inline constexpr const char* kVersion = "0.1.0";
+
+struct Breakdown {
+  double compute = 0;  ///< model compute including recomputation
+  double tp_comm = 0;
+  double cp_comm = 0;
+  double ep_comm = 0;
+  double pp_comm = 0;
+  double dp_comm = 0;
+  double bubble = 0;
+  double imbalance_wait = 0;  ///< waiting for slower peers (routing skew); 0 without skew
+  double other = 0;           ///< optimizer step
+  double recompute = 0;       ///< part of `compute` spent recomputing (informational)
+  [[nodiscard]] double total() const {
+    return compute + tp_comm + cp_comm + ep_comm + pp_comm + dp_comm + bubble + imbalance_wait + other;
+  }
+};
+
+struct StageResult {
+  int stage = 0;
+  int decoder_layers = 0;
+  std::vector<std::string> chunks;  ///< item names per chunk, e.g. "emb,L0,L1"
+  MemoryBreakdown memory;
+  Breakdown breakdown;  ///< of this stage's simulated rank(s)
+  double params = 0;    ///< per rank
+};
+
+struct Result {
+  bool feasible = true;
+  std::string infeasible_reason;
+  double step_time_s = 0;
+  double tokens_per_step = 0;
+  double tokens_per_s = 0;
+  double tokens_per_s_per_device = 0;
+  double model_flops_per_token = 0;
+  double mfu = 0;
+  double hfu = 0;
+  double achieved_tflops_per_device = 0;
+  double peak_tflops_per_device = 0;
+  double peak_memory_bytes = 0;
+  double capacity_bytes = 0;
+  bool memory_fits = true;
+  Breakdown breakdown;
+  double comm_overlap_fraction = 0;
+  double comm_seconds_per_device = 0;
+  std::vector<StageResult> stages;
+  std::vector<CollectiveUse> collectives;
+  // plan as resolved
+  int dp = 1, ep = 1, etp = 1, edp = 1, num_microbatches = 1;
+  std::vector<int> layers_per_virtual_stage;
+  double params_total = 0;
+  double params_active = 0;
+  // simulator
+  std::uint64_t seed = 1;
+  std::string fidelity;
+  int ranks_simulated = 0;
+  std::uint64_t tasks = 0;
+  std::uint64_t events = 0;
+  double wall_s = 0;
+};
+
+/// Everything a run produced: the result, and the graph and run for traces and reports.
+struct Simulation {
+  Result result;
+  Lowered lowered;
+  sim::RunResult run;
+};
+
+Simulation simulate(const Scenario& s);
+
+/// The result as INTERFACE.md's JSON object. `include_wall_time = false` omits the one
+/// non-deterministic field, making the output byte-identical across runs.
+nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time = true);
+
+/// Chrome trace-event JSON (Perfetto): one process per simulated rank, one thread per stream.
+void write_chrome_trace(std::ostream& out, const Simulation& sim);
+
+}  // namespace moesim::strategies

@@ -1,0 +1,218 @@
+#include "moesim/strategies/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace moesim::strategies {
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "all-reduce";
+    case Collective::ReduceScatter: return "reduce-scatter";
+    case Collective::AllGather: return "all-gather";
+    case Collective::AllToAll: return "all-to-all";
+    case Collective::SendRecv: return "send-recv";
+  }
+  return "?";
+}
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Mesh: return "mesh";
+    case Algorithm::HalvingDoubling: return "halving-doubling";
+    case Algorithm::Hierarchical: return "hierarchical";
+    case Algorithm::Pairwise: return "pairwise";
+    case Algorithm::HierarchicalAllToAll: return "hierarchical-a2a";
+  }
+  return "?";
+}
+
+GroupShape analyze_group(const topologies::Topology& topo, std::span<const int> devices) {
+  GroupShape g;
+  g.size = static_cast<int>(devices.size());
+  if (devices.size() <= 1) return g;
+  const auto& spec = topo.spec();
+  std::map<int, int> per_node;
+  for (int d : devices) ++per_node[topo.node_of(d)];
+  g.nodes = static_cast<int>(per_node.size());
+  g.per_node = 0;
+  for (auto& [n, k] : per_node) g.per_node = std::max(g.per_node, k);
+  g.mesh = spec.scale_up == topologies::ScaleUpKind::FullMesh;
+  const int first = devices[0];
+  // A member in the same server and one in another server, routed through the graph.
+  for (int d : devices) {
+    if (d == first) continue;
+    if (topo.node_of(d) == topo.node_of(first) && g.intra_bandwidth == 0) {
+      const auto r = topo.route(first, d);
+      g.intra_bandwidth = r.bottleneck_bandwidth;
+      g.intra_latency = r.latency;
+    }
+    if (topo.node_of(d) != topo.node_of(first) && g.inter_bandwidth == 0) {
+      const auto r = topo.route(first, d);
+      // The member's share of its server's NICs, and of the leaf uplinks when the route
+      // crosses an oversubscribed spine.
+      double bw = std::min(r.bottleneck_bandwidth,
+                           spec.nic_achieved().value() * spec.nics_per_node / spec.devices_per_node);
+      if (r.crosses_fabric) bw = std::min(bw, spec.nic_achieved().value() / spec.oversubscription);
+      g.inter_bandwidth = bw;
+      g.inter_latency = r.latency;
+    }
+    if (g.intra_bandwidth > 0 && g.inter_bandwidth > 0) break;
+  }
+  if (g.intra_bandwidth == 0) {
+    g.intra_bandwidth = spec.scale_up_achieved().value();
+    g.intra_latency = spec.scale_up_latency.value();
+  }
+  return g;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One level: p ranks exchanging over links of bandwidth b (per link for a mesh, per rank
+// otherwise) with per-step latency a.
+double rs_ag_level(double n, int p, double b, double a, bool mesh, Algorithm algo) {
+  if (p <= 1) return 0.0;
+  const double frac = static_cast<double>(p - 1) / p;
+  switch (algo) {
+    case Algorithm::Mesh: return mesh ? a + n / (p * b) : kInf;
+    case Algorithm::Ring: return (p - 1) * a + frac * n / b;
+    case Algorithm::HalvingDoubling: {
+      const double steps = std::ceil(std::log2(static_cast<double>(p)));
+      const bool pow2 = (p & (p - 1)) == 0;
+      // Non-powers of two add one step that moves the whole buffer (HCCL documentation).
+      return steps * a + frac * n / b + (pow2 ? 0.0 : a + n / b);
+    }
+    default: return kInf;
+  }
+}
+
+double best_rs_ag_level(double n, int p, double b, double a, bool mesh, Algorithm* chosen) {
+  double best = kInf;
+  for (Algorithm al : {Algorithm::Mesh, Algorithm::Ring, Algorithm::HalvingDoubling}) {
+    const double t = rs_ag_level(n, p, b, a, mesh, al);
+    if (t < best) {
+      best = t;
+      if (chosen) *chosen = al;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& g, Algorithm algo, double dedup) {
+  CollectiveCost c;
+  if (g.size <= 1 || bytes <= 0) return c;
+  const int p = g.size;
+  const int k = g.per_node;
+  const int m = g.nodes;
+  const double n = bytes;
+
+  if (kind == Collective::AllToAll) {
+    // Bytes leaving each rank: (k-1)/p of the buffer stays inside the server, (p-k)/p leaves it.
+    const double intra = n * (k - 1) / p;
+    const double inter = n * (p - k) / p;
+    // Inside a full mesh every peer has its own link; behind a switch the rank's port is shared.
+    const double intra_capacity = g.mesh ? g.intra_bandwidth * std::max(1, k - 1) : g.intra_bandwidth;
+    auto pairwise = [&]() {
+      const double lat = (k - 1) * g.intra_latency + (p - k) * g.inter_latency;
+      const double t_intra = intra > 0 ? intra / intra_capacity : 0.0;
+      const double t_inter = inter > 0 ? inter / g.inter_bandwidth : 0.0;
+      return lat + std::max(t_intra, t_inter);
+    };
+    auto hierarchical = [&]() {
+      if (m <= 1 || k <= 1) return kInf;
+      // Phase 1: to the same-index rank of every other server, one copy per token and server.
+      const double inter_dedup = inter * dedup;
+      const double t1 = (m - 1) * g.inter_latency + inter_dedup / g.inter_bandwidth;
+      // Phase 2: inside the server, deliver what arrived plus the local share to its owners.
+      const double intra2 = n * (k - 1) / k;
+      const double t2 = (k - 1) * g.intra_latency + intra2 / intra_capacity;
+      return t1 + t2;
+    };
+    double t = kInf;
+    Algorithm chosen = Algorithm::Pairwise;
+    if (algo == Algorithm::Auto || algo == Algorithm::Pairwise) {
+      t = pairwise();
+    }
+    if (algo == Algorithm::HierarchicalAllToAll || (algo == Algorithm::Auto && m > 1 && k > 1)) {
+      const double th = hierarchical();
+      if (algo == Algorithm::HierarchicalAllToAll || th < t) {
+        t = th;
+        chosen = Algorithm::HierarchicalAllToAll;
+      }
+    }
+    if (!std::isfinite(t)) {  // hierarchical requested where it does not apply
+      t = pairwise();
+      chosen = Algorithm::Pairwise;
+    }
+    c.time = Seconds{t};
+    c.algorithm = chosen;
+    c.inter_bytes = chosen == Algorithm::HierarchicalAllToAll ? inter * dedup : inter;
+    c.intra_bytes = chosen == Algorithm::HierarchicalAllToAll ? n * (k - 1) / k : intra;
+    return c;
+  }
+
+  const double mult = kind == Collective::AllReduce ? 2.0 : 1.0;
+  // Single level: all members in one server, or one member per server.
+  if (m == 1 || k == 1) {
+    const bool intra_only = m == 1;
+    const double b = intra_only ? g.intra_bandwidth : g.inter_bandwidth;
+    const double a = intra_only ? g.intra_latency : g.inter_latency;
+    const bool mesh = intra_only && g.mesh;
+    Algorithm chosen = algo;
+    double t = 0;
+    if (algo == Algorithm::Auto || algo == Algorithm::Hierarchical) t = best_rs_ag_level(n, p, b, a, mesh, &chosen);
+    else t = rs_ag_level(n, p, b, a, mesh, algo);
+    if (!std::isfinite(t)) t = rs_ag_level(n, p, b, a, mesh, chosen = Algorithm::Ring);
+    c.time = Seconds{mult * t};
+    c.algorithm = chosen;
+    const double moved = mult * n * (p - 1) / p;
+    (intra_only ? c.intra_bytes : c.inter_bytes) = moved;
+    return c;
+  }
+
+  // Two levels: k members in each of m servers.
+  Algorithm intra_alg = Algorithm::Ring, inter_alg = Algorithm::Ring;
+  const double intra_t = best_rs_ag_level(n, k, g.intra_bandwidth, g.intra_latency, g.mesh, &intra_alg);
+  const double inter_rs_ag = best_rs_ag_level(n / k, m, g.inter_bandwidth, g.inter_latency, false, &inter_alg);
+  // Hierarchical: intra RS, inter RS/AR on 1/k of the buffer (each member on its own NIC), intra AG.
+  double hier = 0;
+  switch (kind) {
+    case Collective::AllReduce: hier = 2 * intra_t + 2 * inter_rs_ag; break;
+    case Collective::ReduceScatter:
+    case Collective::AllGather: hier = intra_t + inter_rs_ag; break;
+    default: break;
+  }
+  // Flat ring over all members: every step is paced by the slowest (cross-server) hop.
+  const double flat = mult * ((p - 1) * std::max(g.intra_latency, g.inter_latency) +
+                              (static_cast<double>(p - 1) / p) * n / std::min(g.intra_bandwidth, g.inter_bandwidth));
+  double t = hier;
+  Algorithm chosen = Algorithm::Hierarchical;
+  if (algo == Algorithm::Ring || (algo == Algorithm::Auto && flat < hier)) {
+    t = flat;
+    chosen = Algorithm::Ring;
+  }
+  c.time = Seconds{t};
+  c.algorithm = chosen;
+  if (chosen == Algorithm::Hierarchical) {
+    c.intra_bytes = mult * n * (k - 1) / k;
+    c.inter_bytes = mult * (n / k) * (m - 1) / m;
+  } else {
+    c.inter_bytes = mult * n * (p - 1) / p;
+  }
+  return c;
+}
+
+Seconds p2p_time(double bytes, const topologies::Route& r) {
+  if (bytes <= 0 || r.hops.empty()) return Seconds{0};
+  return Seconds{r.latency + bytes / r.bottleneck_bandwidth};
+}
+
+}  // namespace moesim::strategies

@@ -1,0 +1,1152 @@
+#include "moesim/strategies/lower.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "moesim/models/device.hpp"
+
+namespace moesim::strategies {
+
+const std::vector<std::string>& category_names() {
+  static const std::vector<std::string> names{"compute", "recompute", "tp_comm", "cp_comm",
+                                              "ep_comm", "pp_comm",   "dp_comm", "optimizer"};
+  return names;
+}
+
+const char* stream_name(Stream s) {
+  switch (s) {
+    case Stream::Compute: return "compute";
+    case Stream::Tp: return "tp";
+    case Stream::Cp: return "cp";
+    case Stream::Ep: return "ep";
+    case Stream::Pp: return "pp";
+    case Stream::Dp: return "dp";
+  }
+  return "?";
+}
+
+double alltoall_dedup_ratio(int experts, int top_k, int servers) {
+  if (servers <= 1 || experts <= 0 || top_k <= 0) return 1.0;
+  // P(a given server holds none of the k experts) = C(E - E/m, k) / C(E, k).
+  const double per = static_cast<double>(experts) / servers;
+  double miss = 1.0;
+  for (int i = 0; i < top_k; ++i) miss *= (experts - per - i) / (experts - i);
+  miss = std::max(0.0, miss);
+  const double distinct = servers * (1.0 - miss);  // servers a token reaches
+  return std::clamp(distinct / top_k, 0.0, 1.0);
+}
+
+namespace {
+
+using models::Comm;
+using models::Op;
+using models::OpKind;
+using models::Region;
+using models::SavedLayout;
+using models::Split;
+
+enum class GroupKind : std::uint8_t { None, Tp, Cp, Ep, Etp, Dp, Edp };
+constexpr int kNumGroupKinds = 7;
+const char* group_name(GroupKind g) {
+  switch (g) {
+    case GroupKind::None: return "none";
+    case GroupKind::Tp: return "tp";
+    case GroupKind::Cp: return "cp";
+    case GroupKind::Ep: return "ep";
+    case GroupKind::Etp: return "etp";
+    case GroupKind::Dp: return "dp";
+    case GroupKind::Edp: return "edp";
+  }
+  return "?";
+}
+
+struct Step {
+  Tick duration = 0;
+  sim::Category cat = kCompute;
+  Stream stream = Stream::Compute;
+  GroupKind group = GroupKind::None;
+  sim::LabelId label = 0;
+  int dep0 = -1;  ///< earlier step of the same program, or -1: the program's input
+  int dep1 = -1;
+  bool nic = false;
+  bool scaleup = false;
+  double flops = 0;
+};
+
+struct Program {
+  std::vector<Step> steps;
+  int chain_end = -1;           ///< step producing the program's output
+  std::vector<int> item_end;    ///< per item: its last step (for gradient-bucket hooks)
+};
+
+/// Rank layout inside one pipeline stage: local = tp_i + tp * (cp_i + cp * dp_i); the expert
+/// layout reuses the same block as etp_i + etp * (ep_i + ep * edp_i) (Megatron's orders
+/// tp-cp-dp and etp-ep-edp).
+struct Layout {
+  int tp, cp, dp, ep, etp, edp, block;
+  [[nodiscard]] std::vector<int> members(GroupKind g, int local) const {
+    std::vector<int> out;
+    const int tp_i = local % tp, cp_i = (local / tp) % cp, dp_i = local / (tp * cp);
+    const int etp_i = local % etp, ep_i = (local / etp) % ep, edp_i = local / (etp * ep);
+    switch (g) {
+      case GroupKind::Tp:
+        for (int t = 0; t < tp; ++t) out.push_back(t + tp * (cp_i + cp * dp_i));
+        break;
+      case GroupKind::Cp:
+        for (int c = 0; c < cp; ++c) out.push_back(tp_i + tp * (c + cp * dp_i));
+        break;
+      case GroupKind::Dp:  // gradients of dense weights reduce over DP x CP
+        for (int x = 0; x < cp * dp; ++x) out.push_back(tp_i + tp * x);
+        break;
+      case GroupKind::Ep:
+        for (int e = 0; e < ep; ++e) out.push_back(etp_i + etp * (e + ep * edp_i));
+        break;
+      case GroupKind::Etp:
+        for (int t = 0; t < etp; ++t) out.push_back(t + etp * (ep_i + ep * edp_i));
+        break;
+      case GroupKind::Edp:
+        for (int d = 0; d < edp; ++d) out.push_back(etp_i + etp * (ep_i + ep * d));
+        break;
+      case GroupKind::None: out.push_back(local); break;
+    }
+    return out;
+  }
+  /// Index of the group of kind g that `local` belongs to (groups of a kind are disjoint).
+  [[nodiscard]] int group_index(GroupKind g, int local) const {
+    const auto m = members(g, local);
+    return *std::min_element(m.begin(), m.end());
+  }
+};
+
+struct Tokens {
+  double T = 0;     ///< tokens of one micro-batch (mbs x seq)
+  double Tc = 0;    ///< per CP rank
+  double Tseq = 0;  ///< per rank in the sequence region
+  double Texp = 0;  ///< source tokens whose copies reach one rank's experts (Tseq x etp)
+};
+
+class Lowering {
+ public:
+  Lowering(const Scenario& s, const topologies::Topology& topo, const models::Workload& w)
+      : s_(s), p_(s.plan), m_(s.model), topo_(topo), w_(w), cm_(s.cluster.device) {
+    lay_.tp = p_.tp;
+    lay_.cp = p_.cp;
+    lay_.dp = p_.dp;
+    lay_.ep = m_.is_moe() ? p_.ep_size() : 1;
+    lay_.etp = m_.is_moe() ? p_.etp_size() : 1;
+    lay_.block = p_.tp * p_.cp * p_.dp;
+    lay_.edp = lay_.block / (lay_.ep * lay_.etp);
+    tok_.T = static_cast<double>(p_.mbs) * static_cast<double>(s.training.seq_length);
+    tok_.Tc = tok_.T / p_.cp;
+    tok_.Tseq = (p_.sequence_parallel && p_.tp > 1) ? tok_.Tc / p_.tp : tok_.Tc;
+    tok_.Texp = tok_.Tseq * lay_.etp;
+    prec_ = s.training.precision;
+    builder_ = sim::TaskGraphBuilder(category_names());
+  }
+
+  Lowered run();
+
+ private:
+  // ---- group shapes ------------------------------------------------------------------------
+  void compute_shapes(int stage) {
+    for (int g = 0; g < kNumGroupKinds; ++g) {
+      const auto kind = static_cast<GroupKind>(g);
+      auto locals = lay_.members(kind, 0);
+      std::vector<int> devs;
+      for (int l : locals) devs.push_back(stage * lay_.block + l);
+      shape_[g] = analyze_group(topo_, devs);
+    }
+  }
+  [[nodiscard]] const GroupShape& shape(GroupKind g) const { return shape_[static_cast<int>(g)]; }
+
+  // ---- durations ---------------------------------------------------------------------------
+  [[nodiscard]] double tokens_in(Region r) const {
+    switch (r) {
+      case Region::Sequence: return tok_.Tseq;
+      case Region::Tensor: return tok_.Tc;
+      case Region::Expert: return tok_.Texp;
+    }
+    return tok_.Tc;
+  }
+
+  struct GemmShape {
+    double m, n, k, batch;
+  };
+  [[nodiscard]] GemmShape gemm_shape(const Op& op) const {
+    if (op.region == Region::Expert) {
+      const double local_experts = std::max(1.0, op.matrices / lay_.ep);
+      const double copies = tok_.Texp * op.tokens_factor;
+      double n = op.n, k = op.k;
+      if (op.split == Split::Column) n /= lay_.etp;
+      if (op.split == Split::Row) k /= lay_.etp;
+      return {copies / local_experts, n, k, local_experts};
+    }
+    double n = op.n, k = op.k;
+    if (op.region == Region::Tensor) {
+      if (op.split == Split::Column) n /= p_.tp;
+      if (op.split == Split::Row) k /= p_.tp;
+    }
+    return {tokens_in(op.region) * op.tokens_factor, n, k, 1.0};
+  }
+
+  [[nodiscard]] double vector_bytes(const Op& op) const {
+    double b = op.bytes_per_token * tokens_in(op.region) * op.tokens_factor;
+    if (op.split == Split::Column) b /= (op.region == Region::Expert ? lay_.etp : p_.tp);
+    return b;
+  }
+
+  [[nodiscard]] double attention_bh() const { return static_cast<double>(p_.mbs) * 1.0; }
+
+  Step compute(sim::Category cat, Seconds t, double flops, const std::string& label) {
+    Step st;
+    st.duration = to_ticks(t);
+    st.cat = cat;
+    st.stream = Stream::Compute;
+    st.flops = flops;
+    st.label = builder_.label(label);
+    return st;
+  }
+
+  /// A collective on a group; zero-duration (group of one) yields duration 0.
+  Step collective(GroupKind g, Collective kind, double bytes, sim::Category cat, Stream stream,
+                  const std::string& label, int count, double dedup = 1.0) {
+    const GroupShape& sh = shape(g);
+    Step st;
+    st.cat = cat;
+    st.stream = stream;
+    st.group = g;
+    st.label = builder_.label(label);
+    if (sh.size <= 1 || bytes <= 0) return st;
+    Algorithm algo = Algorithm::Auto;
+    if (kind == Collective::AllToAll)
+      algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
+    const CollectiveCost c = collective_cost(kind, bytes, sh, algo, dedup);
+    st.duration = to_ticks(c.time);
+    st.nic = sh.spans_nodes();
+    st.scaleup = sh.shares_node();
+    note_collective(g, kind, c, bytes, sh.size, count);
+    return st;
+  }
+
+  void note_collective(GroupKind g, Collective kind, const CollectiveCost& c, double bytes, int size, int count) {
+    if (count <= 0) return;
+    const std::string key = std::string(group_name(g)) + "|" + collective_name(kind) + "|" + algorithm_name(c.algorithm) +
+                            "|" + std::to_string(static_cast<long long>(bytes));
+    auto it = coll_index_.find(key);
+    if (it == coll_index_.end()) {
+      coll_index_[key] = uses_.size();
+      uses_.push_back(CollectiveUse{group_name(g), collective_name(kind), algorithm_name(c.algorithm), size, bytes,
+                                    c.time.value(), count});
+    } else {
+      uses_[it->second].count_per_step += count;
+    }
+  }
+
+  // ---- per-item programs -------------------------------------------------------------------
+  struct ItemProgram {
+    Program fwd, bwd;
+    double act_bytes = 0;       ///< saved for backward, one micro-batch
+    double act_bytes_full = 0;  ///< without any recomputation
+    double transient = 0;
+    double params_dense = 0, params_expert = 0;
+    double fwd_seconds = 0, bwd_seconds = 0;
+    double fwd_flops = 0, bwd_flops = 0;
+  };
+
+  struct Builder {
+    Program& p;
+    int chain = -1;
+    int pending = -1;
+    int add(Step s, int d0, int d1) {
+      s.dep0 = d0;
+      s.dep1 = d1;
+      p.steps.push_back(s);
+      return static_cast<int>(p.steps.size()) - 1;
+    }
+    int chained(Step s) {
+      if (s.duration == 0 && s.stream != Stream::Compute) return chain;  // nothing to wait for
+      const int i = add(s, chain, pending);
+      pending = -1;
+      chain = i;
+      return i;
+    }
+  };
+
+  ItemProgram build_item(const models::PipelineItem& item, bool full_recompute, int uniform_group, int mb_count);
+  void emit_forward_op(const Op& op, const std::string& pre, Builder& b, bool recompute, ItemProgram& ip, int count);
+  void emit_backward_op(const Op& op, const std::string& pre, Builder& b, ItemProgram& ip, int count);
+  [[nodiscard]] double saved_tokens(const Op& op) const;
+  [[nodiscard]] std::string item_prefix(const models::PipelineItem& it) const;
+
+  static void append_program(Program& dst, const Program& src) {
+    const int off = static_cast<int>(dst.steps.size());
+    const int link = dst.chain_end;
+    for (Step st : src.steps) {
+      st.dep0 = st.dep0 >= 0 ? st.dep0 + off : link;
+      st.dep1 = st.dep1 >= 0 ? st.dep1 + off : -1;
+      dst.steps.push_back(st);
+    }
+    if (src.chain_end >= 0) dst.chain_end = src.chain_end + off;
+    dst.item_end.push_back(static_cast<int>(dst.steps.size()) - 1);
+  }
+  /// Gives the program a single entry step (a zero-length marker when several steps would
+  /// otherwise wait only for the program's input), so external inputs attach to one task.
+  void finalize_program(Program& p) {
+    int entries = 0;
+    for (const Step& st : p.steps) entries += (st.dep0 < 0 && st.dep1 < 0) ? 1 : 0;
+    if (entries <= 1) return;
+    Step marker;
+    marker.label = builder_.label("begin");
+    for (Step& st : p.steps) {
+      const bool entry = st.dep0 < 0 && st.dep1 < 0;
+      if (st.dep0 >= 0) ++st.dep0;
+      if (st.dep1 >= 0) ++st.dep1;
+      if (entry) st.dep0 = 0;
+    }
+    p.steps.insert(p.steps.begin(), marker);
+    if (p.chain_end >= 0) ++p.chain_end;
+    for (int& e : p.item_end) ++e;
+  }
+
+  // ---- partition, memory, emission ---------------------------------------------------------
+  std::vector<int> partition(const std::vector<double>& layer_cost, double first_extra, double last_extra);
+  void build_ranks(Fidelity f);
+  void emit(Fidelity f);
+
+  const Scenario& s_;
+  const Plan& p_;
+  const models::ModelSpec& m_;
+  const topologies::Topology& topo_;
+  const models::Workload& w_;
+  models::ComputeModel cm_;
+  models::Precision prec_;
+  Layout lay_{};
+  Tokens tok_{};
+  std::array<GroupShape, kNumGroupKinds> shape_{};
+  sim::TaskGraphBuilder builder_;
+  std::map<std::string, std::size_t> coll_index_;
+  std::vector<CollectiveUse> uses_;
+  Lowered out_;
+  // per stage, per chunk: programs
+  std::vector<std::vector<Program>> fwd_, bwd_;  // [stage][chunk]
+  std::vector<std::vector<std::vector<std::pair<double, double>>>> chunk_item_params_;  // [stage][chunk][item]
+  std::vector<double> p2p_seconds_;  // per virtual stage boundary
+};
+
+std::string Lowering::item_prefix(const models::PipelineItem& it) const {
+  switch (it.kind) {
+    case models::ItemKind::Embedding: return "emb.";
+    case models::ItemKind::Decoder: return "L" + std::to_string(it.index) + ".";
+    case models::ItemKind::Head: return "head.";
+    case models::ItemKind::Mtp: return "mtp" + std::to_string(it.index) + ".";
+  }
+  return "";
+}
+
+double Lowering::saved_tokens(const Op& op) const {
+  switch (op.saved_layout) {
+    case SavedLayout::Sequence: return tok_.Tseq;
+    case SavedLayout::Split: return tok_.Tc / p_.tp;
+    case SavedLayout::Full: return tok_.Tc;
+    case SavedLayout::Expert: return tok_.Tseq * op.tokens_factor;
+  }
+  return tok_.Tc;
+}
+
+void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b, bool recompute, ItemProgram& ip,
+                               int count) {
+  const sim::Category ccat = recompute ? kRecompute : kCompute;
+  const std::string label = pre + op.name + (recompute ? ".recompute" : "");
+  switch (op.kind) {
+    case OpKind::Gemm: {
+      const GemmShape g = gemm_shape(op);
+      const Seconds t = cm_.gemm(g.m, g.n, g.k, prec_, g.batch);
+      const double fl = 2.0 * g.m * g.n * g.k * g.batch;
+      b.chained(compute(ccat, t, fl, label));
+      ip.fwd_flops += recompute ? 0 : fl;
+      break;
+    }
+    case OpKind::Attention: {
+      const double heads = op.heads / p_.tp;
+      const double sq = static_cast<double>(s_.training.seq_length) / p_.cp;
+      double skv = static_cast<double>(s_.training.seq_length);
+      bool causal = op.causal;
+      if (op.window > 0 && op.window < skv) {
+        skv = op.window;
+        causal = false;  // banded: each query sees about `window` keys
+      }
+      const double bh = static_cast<double>(p_.mbs) * heads;
+      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, false, prec_);
+      const double fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+      const int before = b.chain;
+      if (p_.cp > 1) {
+        // Ring attention: K and V blocks travel around the CP ring while blocks are computed.
+        const double kv_heads = (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) /
+                                static_cast<double>(p_.tp);
+        const double block = p_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
+        Step c = collective(GroupKind::Cp, Collective::AllGather, block * p_.cp, kCpComm, Stream::Cp, label + ".kv_ring",
+                            recompute ? 0 : count);
+        if (c.duration > 0) {
+          const int ci = b.add(c, before, -1);
+          b.chained(compute(ccat, t, fl, label));
+          b.pending = ci;
+        } else {
+          b.chained(compute(ccat, t, fl, label));
+        }
+      } else {
+        b.chained(compute(ccat, t, fl, label));
+      }
+      ip.fwd_flops += recompute ? 0 : fl;
+      break;
+    }
+    case OpKind::Vector: {
+      const double bytes = vector_bytes(op);
+      if (bytes <= 0) break;
+      b.chained(compute(ccat, cm_.memory_bound(Bytes{bytes}), 0.0, label));
+      break;
+    }
+    case OpKind::Comm: {
+      const int cnt = recompute ? count : count;
+      switch (op.comm) {
+        case Comm::TpGather:
+          if (p_.tp > 1 && p_.sequence_parallel)
+            b.chained(collective(GroupKind::Tp, Collective::AllGather, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
+                                 label, cnt));
+          break;
+        case Comm::TpScatter:
+          if (p_.tp > 1)
+            b.chained(collective(GroupKind::Tp, p_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
+                                 op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp, label, cnt));
+          break;
+        case Comm::TpReduceSmall:
+          if (p_.tp > 1)
+            b.chained(collective(GroupKind::Tp, Collective::AllReduce, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
+                                 label, cnt));
+          break;
+        case Comm::EpDispatch:
+        case Comm::EpCombine: {
+          const bool dispatch = op.comm == Comm::EpDispatch;
+          const double bytes = op.bytes_per_token * tok_.Tseq;
+          const double dedup = alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
+          if (lay_.etp > 1 && !dispatch)  // combine: reduce-scatter over ETP before the all-to-all
+            b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * lay_.etp, kEpComm, Stream::Ep,
+                                 label + ".etp", cnt));
+          b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, label, cnt, dedup));
+          if (lay_.etp > 1 && dispatch)
+            b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * lay_.etp, kEpComm, Stream::Ep,
+                                 label + ".etp", cnt));
+          break;
+        }
+        case Comm::None: break;
+      }
+      break;
+    }
+  }
+}
+
+void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b, ItemProgram& ip, int count) {
+  const std::string label = pre + op.name;
+  switch (op.kind) {
+    case OpKind::Gemm: {
+      const GemmShape g = gemm_shape(op);
+      const int before = b.chain;
+      int gathered = -1;
+      // With SP, a column-parallel GEMM kept only its sequence shard: gather it again for the
+      // weight gradient, overlapped with the data gradient (Megatron's SP backward).
+      if (op.region == Region::Tensor && op.saved_layout == SavedLayout::Sequence && p_.sequence_parallel && p_.tp > 1) {
+        Step ag = collective(GroupKind::Tp, Collective::AllGather, op.k * models::kActivationBytes * tok_.Tc, kTpComm,
+                             Stream::Tp, label + ".regather", count);
+        if (ag.duration > 0) gathered = b.add(ag, before, -1);
+      }
+      const double fl = 2.0 * g.m * g.n * g.k * g.batch;
+      if (!op.is_embedding) {
+        b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch), fl, label + ".dgrad"));
+      }
+      Step wg = compute(kCompute, cm_.gemm(g.k, g.n, g.m, prec_, g.batch), fl, label + ".wgrad");
+      b.add(wg, before, gathered);
+      ip.bwd_flops += 2 * fl;
+      break;
+    }
+    case OpKind::Attention: {
+      const double heads = op.heads / p_.tp;
+      const double sq = static_cast<double>(s_.training.seq_length) / p_.cp;
+      double skv = static_cast<double>(s_.training.seq_length);
+      bool causal = op.causal;
+      if (op.window > 0 && op.window < skv) {
+        skv = op.window;
+        causal = false;
+      }
+      const double bh = static_cast<double>(p_.mbs) * heads;
+      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, true, prec_);
+      const double fl = 2.5 * 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+      const int before = b.chain;
+      if (p_.cp > 1) {
+        const double kv_heads = (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) /
+                                static_cast<double>(p_.tp);
+        const double block = p_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
+        // K/V again plus their gradients travelling back.
+        Step c = collective(GroupKind::Cp, Collective::AllGather, 2 * block * p_.cp, kCpComm, Stream::Cp,
+                            label + ".bwd.kv_ring", count);
+        if (c.duration > 0) {
+          const int ci = b.add(c, before, -1);
+          b.chained(compute(kCompute, t, fl, label + ".bwd"));
+          b.pending = ci;
+          ip.bwd_flops += fl;
+          break;
+        }
+      }
+      b.chained(compute(kCompute, t, fl, label + ".bwd"));
+      ip.bwd_flops += fl;
+      break;
+    }
+    case OpKind::Vector: {
+      const double bytes = 2.0 * vector_bytes(op);  // read the gradient and the saved input, write one
+      if (bytes <= 0) break;
+      b.chained(compute(kCompute, cm_.memory_bound(Bytes{bytes}), 0.0, label + ".bwd"));
+      break;
+    }
+    case OpKind::Comm: {
+      const std::string bl = label + ".bwd";
+      switch (op.comm) {
+        case Comm::TpGather:  // gradient of a gather: reduce-scatter (SP) or all-reduce
+          if (p_.tp > 1)
+            b.chained(collective(GroupKind::Tp, p_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
+                                 op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp, bl, count));
+          break;
+        case Comm::TpScatter:  // gradient of a reduce-scatter: all-gather (SP); identity otherwise
+          if (p_.tp > 1 && p_.sequence_parallel)
+            b.chained(collective(GroupKind::Tp, Collective::AllGather, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
+                                 bl, count));
+          break;
+        case Comm::TpReduceSmall: break;
+        case Comm::EpDispatch:
+        case Comm::EpCombine: {
+          const bool grad_of_dispatch = op.comm == Comm::EpDispatch;  // flows back like a combine
+          const double bytes = op.bytes_per_token * tok_.Tseq;
+          const double dedup = alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
+          if (lay_.etp > 1 && grad_of_dispatch)
+            b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * lay_.etp, kEpComm, Stream::Ep,
+                                 bl + ".etp", count));
+          b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, bl, count, dedup));
+          if (lay_.etp > 1 && !grad_of_dispatch)
+            b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * lay_.etp, kEpComm, Stream::Ep, bl + ".etp",
+                                 count));
+          break;
+        }
+        case Comm::None: break;
+      }
+      break;
+    }
+  }
+}
+
+Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, bool full_recompute, int uniform_group,
+                                           int mb_count) {
+  ItemProgram ip;
+  const models::Program& prog = w_.programs[item.program];
+  const std::string pre = item_prefix(item);
+  const bool decoder = item.kind == models::ItemKind::Decoder || item.kind == models::ItemKind::Mtp;
+  const std::uint32_t modules = p_.recompute == Recompute::Selective ? p_.recompute_modules : 0u;
+  const int fwd_count = mb_count;
+
+  // Forward.
+  {
+    Builder b{ip.fwd};
+    for (const Op& op : prog.ops) emit_forward_op(op, pre, b, false, ip, fwd_count);
+    ip.fwd.chain_end = b.chain;
+  }
+  // Backward: re-run what recomputation dropped, then the gradients in reverse.
+  {
+    Builder b{ip.bwd};
+    const bool full = full_recompute && decoder;
+    for (const Op& op : prog.ops) {
+      const bool rerun = full || (decoder && (op.rerun_tag & modules) != 0);
+      if (rerun) emit_forward_op(op, pre, b, true, ip, mb_count);
+    }
+    for (auto it = prog.ops.rbegin(); it != prog.ops.rend(); ++it) emit_backward_op(*it, pre, b, ip, mb_count);
+    ip.bwd.chain_end = b.chain;
+  }
+  // Memory: activations kept for backward and the largest working buffer.
+  for (const Op& op : prog.ops) {
+    const double bytes = op.saved_bytes * saved_tokens(op);
+    ip.act_bytes_full += bytes;
+    const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);
+    if (!dropped) ip.act_bytes += bytes;
+    double out_bytes = 0;
+    if (op.kind == OpKind::Gemm) {
+      const GemmShape g = gemm_shape(op);
+      out_bytes = g.m * g.n * g.batch * models::kActivationBytes;
+    }
+    if (op.name.find("cross_entropy") != std::string::npos) out_bytes = op.bytes_per_token * tok_.Tc / p_.tp;
+    ip.transient = std::max(ip.transient, 2.0 * out_bytes);
+    // Parameters held by one rank.
+    double params = op.params;
+    if (op.shares_embedding && p_.pp == 1) params = 0;  // the same tensor as the embedding
+    if (op.region == Region::Expert) {
+      ip.params_expert += params / lay_.ep / (op.split != Split::None ? lay_.etp : 1);
+    } else if ((op.region == Region::Tensor && op.split != Split::None) || op.is_embedding) {
+      ip.params_dense += params / p_.tp;
+    } else {
+      ip.params_dense += params;
+    }
+  }
+  if (decoder && full_recompute) {
+    // Only the layer input is kept (one per group of `uniform_group` layers).
+    ip.act_bytes = static_cast<double>(m_.hidden) * models::kActivationBytes * tok_.Tseq / std::max(1, uniform_group);
+    ip.transient = std::max(ip.transient, ip.act_bytes_full);
+  }
+  for (const Step& st : ip.fwd.steps) ip.fwd_seconds += to_seconds(st.duration).value();
+  for (const Step& st : ip.bwd.steps) ip.bwd_seconds += to_seconds(st.duration).value();
+  return ip;
+}
+
+std::vector<int> Lowering::partition(const std::vector<double>& cost, double first_extra, double last_extra) {
+  const int V = p_.virtual_stages();
+  const int L = static_cast<int>(cost.size());
+  std::vector<int> counts(V, 0);
+  if (p_.partition == "explicit") return p_.layers_per_stage;
+  if (p_.partition == "even") {
+    const int slots = L + p_.noop_layers;
+    int rest = slots, stages = V;
+    if (p_.first_stage_layers >= 0) {
+      rest -= p_.first_stage_layers;
+      --stages;
+    }
+    if (p_.last_stage_layers >= 0) {
+      rest -= p_.last_stage_layers;
+      --stages;
+    }
+    const int each = stages > 0 ? rest / stages : 0;
+    for (int v = 0; v < V; ++v) counts[v] = each;
+    if (p_.first_stage_layers >= 0) counts[0] = p_.first_stage_layers;
+    if (p_.last_stage_layers >= 0) counts[V - 1] = p_.last_stage_layers;
+    // Noop padding layers occupy the last slots: remove them from the last stages' counts.
+    int noop = p_.noop_layers;
+    for (int v = V - 1; v >= 0 && noop > 0; --v) {
+      const int take = std::min(noop, counts[v]);
+      counts[v] -= take;
+      noop -= take;
+    }
+    return counts;
+  }
+  // auto: balance the *stages* (a stage runs all its chunks for every micro-batch), not the
+  // virtual stages. Start from a water-filling by average layer cost that leaves room for the
+  // embedding on stage 0 and the head (and MTP) on the last stage, then move single layers
+  // between virtual stages while the most loaded stage gets lighter (ties: smaller sum of
+  // squares).
+  const int pp = p_.pp;
+  // Score: (most loaded stage, sum of squared virtual-stage loads) — the second term keeps the
+  // chunks of a stage even, which the interleaved schedule needs.
+  auto score = [&](const std::vector<int>& n) {
+    std::vector<double> load(pp, 0.0);
+    double sq = 0;
+    int layer = 0;
+    for (int v = 0; v < V; ++v) {
+      double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0);
+      for (int k = 0; k < n[v]; ++k) l += cost[layer++];
+      load[v % pp] += l;
+      sq += l * l;
+    }
+    return std::pair{*std::max_element(load.begin(), load.end()), sq};
+  };
+  const double avg = L > 0 ? std::accumulate(cost.begin(), cost.end(), 0.0) / L : 1.0;
+  {
+    // Water-filling on stages, then spread each stage's layers over its chunks.
+    std::vector<double> extra(pp, 0.0);
+    extra[0] += first_extra;
+    extra[(V - 1) % pp] += last_extra;
+    std::vector<int> per_stage(pp, 0);
+    for (int k = 0; k < L; ++k) {
+      int best = 0;
+      for (int st = 1; st < pp; ++st)
+        if (extra[st] + per_stage[st] * avg < extra[best] + per_stage[best] * avg) best = st;
+      ++per_stage[best];
+    }
+    for (int st = 0; st < pp; ++st)
+      for (int c = 0; c < p_.vpp; ++c) counts[c * pp + st] = per_stage[st] / p_.vpp + (c < per_stage[st] % p_.vpp ? 1 : 0);
+  }
+  // A virtual stage may end up with no decoder layer (it then only forwards activations, like
+  // Megatron's "L" loss-only stage in a custom layout); the search prefers balanced counts.
+  auto min_layers = [&](int) { return 0; };
+  auto best = score(counts);
+  for (int iter = 0; iter < 4 * L; ++iter) {
+    auto cand_best = best;
+    int from = -1, to = -1;
+    for (int a = 0; a < V; ++a) {
+      if (counts[a] <= min_layers(a)) continue;
+      for (int b = 0; b < V; ++b) {
+        if (a == b) continue;
+        --counts[a];
+        ++counts[b];
+        const auto sc = score(counts);
+        if (sc.first < cand_best.first * (1 - 1e-9) ||
+            (sc.first <= cand_best.first * (1 + 1e-9) && sc.second < cand_best.second * (1 - 1e-9))) {
+          cand_best = sc;
+          from = a;
+          to = b;
+        }
+        ++counts[a];
+        --counts[b];
+      }
+    }
+    if (from < 0) break;
+    --counts[from];
+    ++counts[to];
+    best = cand_best;
+  }
+  return counts;
+}
+
+void Lowering::build_ranks(Fidelity f) {
+  const int per_stage = f == Fidelity::Full ? lay_.block : 1;
+  const double weight = static_cast<double>(lay_.block) / per_stage;
+  for (int stage = 0; stage < p_.pp; ++stage) {
+    for (int l = 0; l < per_stage; ++l) {
+      SimRank r;
+      r.stage = stage;
+      r.local = l;
+      r.global_rank = stage * lay_.block + l;
+      r.weight = weight;
+      const auto idx = static_cast<std::uint32_t>(out_.ranks.size());
+      const std::string name = "rank" + std::to_string(r.global_rank);
+      for (int st = 0; st < kNumStreams; ++st)
+        r.streams[st] = builder_.add_resource(name + "/" + stream_name(static_cast<Stream>(st)), idx,
+                                              sim::ResourceKind::Stream);
+      r.scaleup_port = builder_.add_resource(name + "/scale-up", idx, sim::ResourceKind::Link);
+      r.nic = builder_.add_resource(name + "/nic", idx, sim::ResourceKind::Link);
+      out_.ranks.push_back(r);
+    }
+  }
+}
+
+Lowered Lowering::run() {
+  const Fidelity fid = s_.simulation.fidelity;
+  const int V = p_.virtual_stages();
+  const int m = p_.num_microbatches;
+  out_.schedule = make_schedule(p_.schedule, p_.pp, p_.vpp, m);
+
+  // Item costs for the partition, with stage 0's group shapes.
+  compute_shapes(0);
+  std::vector<double> layer_cost;
+  double first_extra = 0, last_extra = 0;
+  for (const auto& item : w_.items) {
+    ItemProgram ip = build_item(item, p_.recompute == Recompute::Full, std::max(1, p_.recompute_num_layers), 0);
+    const double c = ip.fwd_seconds + ip.bwd_seconds;
+    if (item.kind == models::ItemKind::Decoder) layer_cost.push_back(c);
+    else if (item.kind == models::ItemKind::Embedding) first_extra += c;
+    else last_extra += c;
+  }
+  out_.layers_per_virtual_stage = partition(layer_cost, first_extra, last_extra);
+  uses_.clear();
+  coll_index_.clear();
+
+  // Items per virtual stage.
+  std::vector<std::vector<int>> vs_items(V);
+  {
+    int layer_item = 1;  // items[0] is the embedding
+    for (int v = 0; v < V; ++v) {
+      if (v == 0) vs_items[v].push_back(0);
+      for (int k = 0; k < out_.layers_per_virtual_stage[v]; ++k) vs_items[v].push_back(layer_item++);
+      if (v == V - 1)
+        for (std::size_t i = static_cast<std::size_t>(layer_item); i < w_.items.size(); ++i)
+          vs_items[v].push_back(static_cast<int>(i));
+    }
+  }
+
+  build_ranks(fid);
+  out_.stages.resize(p_.pp);
+  fwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
+  bwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
+  chunk_item_params_.assign(p_.pp, std::vector<std::vector<std::pair<double, double>>>(p_.vpp));
+  std::vector<std::vector<double>> chunk_act(p_.pp, std::vector<double>(p_.vpp, 0.0));
+  std::vector<double> stage_flops(p_.pp, 0.0);
+
+  for (int stage = 0; stage < p_.pp; ++stage) {
+    compute_shapes(stage);
+    StageInfo& si = out_.stages[stage];
+    si.stage = stage;
+    si.chunk_items.resize(p_.vpp);
+    double transient = 0;
+    for (int c = 0; c < p_.vpp; ++c) {
+      const int v = c * p_.pp + stage;
+      si.chunk_items[c] = vs_items[v];
+      std::vector<ItemProgram> items;
+      int layer_pos = 0;
+      for (int item_idx : vs_items[v]) {
+        const auto& item = w_.items[item_idx];
+        bool full = p_.recompute == Recompute::Full;
+        if (item.kind == models::ItemKind::Decoder) {
+          if (full && p_.recompute_method == RecomputeMethod::Block) full = layer_pos < p_.recompute_num_layers;
+          ++layer_pos;
+          ++si.decoder_layers;
+        }
+        const int group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
+        items.push_back(build_item(item, full, group, m));
+      }
+      // Forward runs the items in order, backward in reverse; each item's input is the
+      // previous item's output.
+      Program& F = fwd_[stage][c];
+      Program& Bw = bwd_[stage][c];
+      for (const ItemProgram& ip : items) append_program(F, ip.fwd);
+      for (auto it = items.rbegin(); it != items.rend(); ++it) append_program(Bw, it->bwd);
+      std::reverse(Bw.item_end.begin(), Bw.item_end.end());  // indexed in forward item order
+      finalize_program(F);
+      finalize_program(Bw);
+      for (const ItemProgram& ip : items) {
+        chunk_item_params_[stage][c].push_back({ip.params_dense, ip.params_expert});
+        si.params_dense += ip.params_dense;
+        si.params_expert += ip.params_expert;
+        chunk_act[stage][c] += ip.act_bytes;
+        transient = std::max(transient, ip.transient);
+        si.forward_seconds += ip.fwd_seconds;
+        si.backward_seconds += ip.bwd_seconds;
+        double recompute_flops = 0;
+        for (const Step& st : ip.bwd.steps)
+          if (st.cat == kRecompute) recompute_flops += st.flops;
+        stage_flops[stage] += (ip.fwd_flops + ip.bwd_flops + recompute_flops) * m;
+      }
+    }
+    for (int c = 0; c < p_.vpp; ++c) si.activation_bytes_per_microbatch += chunk_act[stage][c];
+    si.memory.transient = transient;
+  }
+  // Collective counts were recorded once per emitted op program; scale to per-step counts.
+  for (auto& u : uses_) u.count_per_step = std::max(1, u.count_per_step);
+
+  // ---- memory per stage ----------------------------------------------------------------------
+  const double wbytes = prec_ == models::Precision::FP8 ? 3.0 : 2.0;  // BF16 weights (+ FP8 copies)
+  for (int stage = 0; stage < p_.pp; ++stage) {
+    StageInfo& si = out_.stages[stage];
+    MemoryBreakdown& mem = si.memory;
+    const double params = si.params_dense + si.params_expert;
+    mem.weights = params * wbytes;
+    mem.gradients = params * 4.0;  // FP32 main gradients (Megatron accumulates in FP32)
+    const double dense_shard = p_.distributed_optimizer ? static_cast<double>(p_.dp * p_.cp) : 1.0;
+    const double expert_shard = p_.distributed_optimizer ? static_cast<double>(lay_.edp) : 1.0;
+    mem.optimizer = 12.0 * (si.params_dense / dense_shard + si.params_expert / expert_shard);  // FP32 master, m, v
+    // In-flight activations follow the stage's schedule.
+    double cur = 0, peak = 0;
+    int alive = 0, peak_alive = 0;
+    for (const PipeOp& op : out_.schedule[stage]) {
+      if (op.phase == Phase::Forward) {
+        cur += chunk_act[stage][op.chunk];
+        ++alive;
+      } else {
+        cur -= chunk_act[stage][op.chunk];
+        --alive;
+      }
+      if (cur > peak) {
+        peak = cur;
+        peak_alive = alive;
+      }
+    }
+    mem.activations = peak;
+    mem.peak_inflight = peak_alive;
+    mem.reserved = s_.cluster.device.memory_reserved.value();
+  }
+
+  // ---- p2p transfer time between consecutive virtual stages ------------------------------------
+  {
+    const double bytes = static_cast<double>(m_.hidden) * models::kActivationBytes * tok_.Tseq;
+    p2p_seconds_.assign(V, 0.0);
+    for (int v = 0; v + 1 < V; ++v) {
+      const int s0 = v % p_.pp, s1 = (v + 1) % p_.pp;
+      if (s0 == s1) continue;
+      const auto r = topo_.route(s0 * lay_.block, s1 * lay_.block);
+      p2p_seconds_[v] = p2p_time(bytes, r).value();
+    }
+  }
+
+  emit(fid);
+
+  // Executed FLOPs per simulated rank.
+  out_.executed_flops.resize(out_.ranks.size());
+  for (std::size_t i = 0; i < out_.ranks.size(); ++i) out_.executed_flops[i] = stage_flops[out_.ranks[i].stage];
+  out_.collectives = std::move(uses_);
+  out_.graph = std::move(builder_).build();
+  return std::move(out_);
+}
+
+void Lowering::emit(Fidelity fid) {
+  const int pp = p_.pp, vpp = p_.vpp, m = p_.num_microbatches;
+  const int per_stage = fid == Fidelity::Full ? lay_.block : 1;
+  // Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
+  if (fid == Fidelity::Fast) {
+    for (int stage = 0; stage < pp; ++stage)
+      for (int c = 0; c < vpp; ++c)
+        for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c]}) {
+          Program merged;
+          std::array<Tick, kNumCats> by_cat{};
+          std::array<bool, kNumCats> nic{}, su{};
+          std::array<GroupKind, kNumCats> grp{};
+          std::array<Stream, kNumCats> stream{};
+          for (const Step& st : prog->steps) {
+            by_cat[st.cat] += st.duration;
+            nic[st.cat] = nic[st.cat] || st.nic;
+            su[st.cat] = su[st.cat] || st.scaleup;
+            grp[st.cat] = st.group;
+            stream[st.cat] = st.stream;
+          }
+          double flops = 0;
+          for (const Step& st : prog->steps) flops += st.flops;
+          int last = -1;
+          for (int cat = 0; cat < kNumCats; ++cat) {
+            if (by_cat[cat] == 0) continue;
+            Step st;
+            st.duration = by_cat[cat];
+            st.cat = static_cast<sim::Category>(cat);
+            st.stream = stream[cat];
+            st.group = grp[cat];
+            st.nic = nic[cat];
+            st.scaleup = su[cat];
+            st.label = builder_.label(std::string(prog == &fwd_[stage][c] ? "F" : "B") + ".chunk" + std::to_string(c) +
+                                      "." + category_names()[cat]);
+            st.dep0 = last;
+            st.flops = cat == kCompute ? flops : 0;
+            merged.steps.push_back(st);
+            last = static_cast<int>(merged.steps.size()) - 1;
+          }
+          merged.chain_end = last;
+          merged.item_end.assign(prog->item_end.size(), last);
+          *prog = std::move(merged);
+        }
+  }
+
+  const auto& ranks = out_.ranks;
+  auto rank_index = [&](int stage, int local) { return stage * per_stage + local; };
+  // first/last task of each (stage, local, mb, chunk, phase)
+  const std::size_t slots = static_cast<std::size_t>(pp) * per_stage * m * vpp * 2;
+  std::vector<sim::TaskId> first(slots, sim::kNoTask), last(slots, sim::kNoTask);
+  auto slot = [&](int stage, int local, int mb, int chunk, Phase ph) {
+    return ((((static_cast<std::size_t>(stage) * per_stage + local) * m + mb) * vpp + chunk) * 2) +
+           (ph == Phase::Backward ? 1 : 0);
+  };
+
+  std::vector<sim::ResourceId> res;
+  std::vector<sim::TaskId> step_task;  // per step of the current program, per rank
+  // Group-shared tasks (full fidelity): task per group for the current step.
+  std::vector<sim::TaskId> group_task(static_cast<std::size_t>(lay_.block), sim::kNoTask);
+
+  auto resources_for = [&](const Step& st, int stage, int local, std::vector<sim::ResourceId>& out) {
+    out.clear();
+    if (fid != Fidelity::Full || st.group == GroupKind::None) {
+      const SimRank& r = ranks[rank_index(stage, local)];
+      out.push_back(r.streams[static_cast<int>(st.stream)]);
+      if (st.scaleup) out.push_back(r.scaleup_port);
+      if (st.nic) out.push_back(r.nic);
+      return;
+    }
+    for (int l : lay_.members(st.group, local)) {
+      const SimRank& r = ranks[rank_index(stage, l)];
+      out.push_back(r.streams[static_cast<int>(st.stream)]);
+      if (st.scaleup) out.push_back(r.scaleup_port);
+      if (st.nic) out.push_back(r.nic);
+    }
+  };
+
+  // Instantiate one program for all ranks of a stage; returns nothing, fills step_task.
+  auto instantiate = [&](const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
+    const std::size_t n = prog.steps.size();
+    tasks_out.assign(n * per_stage, sim::kNoTask);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Step& st = prog.steps[i];
+      const bool shared = fid == Fidelity::Full && st.group != GroupKind::None;
+      if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
+      for (int l = 0; l < per_stage; ++l) {
+        sim::TaskId t;
+        if (shared) {
+          const int g = lay_.group_index(st.group, l);
+          if (group_task[g] == sim::kNoTask) {
+            resources_for(st, stage, l, res);
+            group_task[g] = builder_.add_task(st.duration, st.cat, st.label, mb, res);
+          }
+          t = group_task[g];
+        } else {
+          resources_for(st, stage, l, res);
+          t = builder_.add_task(st.duration, st.cat, st.label, mb, res);
+        }
+        tasks_out[i * per_stage + l] = t;
+        if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + l], t);
+        if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + l], t);
+      }
+    }
+  };
+
+  // Gradient buckets (Megatron's default: 40M parameters per bucket).
+  constexpr double kBucketParams = 40e6;
+  const bool distopt = p_.distributed_optimizer;
+  // Emits the data-parallel collectives for `params_dense` / `params_expert` parameters of a
+  // stage, split into buckets; returns the tasks created for each rank of the stage.
+  auto emit_dp = [&](int stage, double params_dense, double params_expert, bool gather, const std::string& label) {
+    std::vector<std::vector<sim::TaskId>> created(per_stage);
+    const double bytes_per_param = gather ? 2.0 : 4.0;  // BF16 parameters / FP32 gradients
+    const Collective op = gather ? Collective::AllGather : (distopt ? Collective::ReduceScatter : Collective::AllReduce);
+    for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
+      if (params <= 0 || shape(g).size <= 1) continue;
+      const int buckets = std::max(1, static_cast<int>(std::ceil(params / kBucketParams)));
+      const Step st = collective(g, op, params / buckets * bytes_per_param, kDpComm, Stream::Dp,
+                                 label + (g == GroupKind::Edp ? ".expert" : ""), buckets);
+      if (st.duration == 0) continue;
+      for (int bk = 0; bk < buckets; ++bk) {
+        if (fid == Fidelity::Full) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
+        for (int l = 0; l < per_stage; ++l) {
+          sim::TaskId t = sim::kNoTask;
+          const int gi = fid == Fidelity::Full ? lay_.group_index(g, l) : 0;
+          if (fid != Fidelity::Full || group_task[gi] == sim::kNoTask) {
+            resources_for(st, stage, l, res);
+            t = builder_.add_task(st.duration, st.cat, st.label, -1, res);
+            if (fid == Fidelity::Full) group_task[gi] = t;
+          } else {
+            t = group_task[gi];
+          }
+          created[l].push_back(t);
+        }
+      }
+    }
+    return created;
+  };
+  std::vector<std::vector<sim::TaskId>> dp_tasks(ranks.size());  // everything the optimizer waits for
+
+  std::vector<sim::TaskId> tasks;
+  for (int stage = 0; stage < pp; ++stage) {
+    compute_shapes(stage);
+    const StageInfo& si = out_.stages[stage];
+    // Distributed optimizer with overlapped parameter gather: the previous step's all-gather
+    // of each chunk runs ahead of that chunk's first forward (steady state of a periodic step).
+    std::vector<std::vector<std::vector<sim::TaskId>>> chunk_gather(vpp);
+    if (distopt && p_.overlap_param_gather) {
+      for (int c = 0; c < vpp; ++c) {
+        double pd = 0, pe = 0;
+        for (auto [d, e] : chunk_item_params_[stage][c]) {
+          pd += d;
+          pe += e;
+        }
+        chunk_gather[c] = emit_dp(stage, pd, pe, true, "param_gather.chunk" + std::to_string(c));
+      }
+    }
+    std::vector<int> last_bwd_mb(vpp, -1);
+    for (const PipeOp& op : out_.schedule[stage])
+      if (op.phase == Phase::Backward) last_bwd_mb[op.chunk] = op.microbatch;
+    std::vector<bool> first_fwd_seen(vpp, false);
+
+    for (const PipeOp& op : out_.schedule[stage]) {
+      const Program& prog = op.phase == Phase::Forward ? fwd_[stage][op.chunk] : bwd_[stage][op.chunk];
+      if (prog.steps.empty()) continue;
+      instantiate(prog, stage, op.microbatch, tasks);
+      int entry = 0;
+      while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
+      for (int l = 0; l < per_stage; ++l) {
+        const std::size_t sl = slot(stage, l, op.microbatch, op.chunk, op.phase);
+        first[sl] = tasks[static_cast<std::size_t>(entry) * per_stage + l];
+        last[sl] = tasks[static_cast<std::size_t>(std::max(0, prog.chain_end)) * per_stage + l];
+        if (op.phase == Phase::Backward)  // the chunk's own forward came first (loss on the last stage)
+          builder_.depend(last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
+        if (op.phase == Phase::Forward && !first_fwd_seen[op.chunk] && !chunk_gather[op.chunk].empty())
+          for (sim::TaskId g : chunk_gather[op.chunk][l]) builder_.depend(g, first[sl]);
+      }
+      if (op.phase == Phase::Forward) first_fwd_seen[op.chunk] = true;
+      // Overlapped gradient reduction: each item's buckets start once the chunk's last
+      // backward has produced that item's gradients.
+      if (op.phase == Phase::Backward && p_.overlap_grad_reduce && op.microbatch == last_bwd_mb[op.chunk]) {
+        const auto& items = si.chunk_items[op.chunk];
+        for (int k = static_cast<int>(items.size()) - 1; k >= 0; --k) {
+          const auto [pd, pe] = chunk_item_params_[stage][op.chunk][k];
+          auto rs = emit_dp(stage, pd, pe, false, "grad_reduce." + item_prefix(w_.items[items[k]]));
+          const int end_step = prog.item_end[k];
+          for (int l = 0; l < per_stage; ++l)
+            for (sim::TaskId t : rs[l]) {
+              builder_.depend(tasks[static_cast<std::size_t>(end_step) * per_stage + l], t);
+              dp_tasks[rank_index(stage, l)].push_back(t);
+            }
+        }
+      }
+    }
+  }
+
+  // Cross-stage sends: activations forward, gradients backward.
+  const int V = pp * vpp;
+  std::vector<sim::ResourceId> pres;
+  for (int stage = 0; stage < pp; ++stage) {
+    for (const PipeOp& op : out_.schedule[stage]) {
+      const int v = op.chunk * pp + stage;
+      const bool fwd = op.phase == Phase::Forward;
+      const int v_next = fwd ? v + 1 : v - 1;
+      if (v_next < 0 || v_next >= V) continue;
+      const int s_next = v_next % pp, c_next = v_next / pp;
+      const double secs = fwd ? p2p_seconds_[v] : p2p_seconds_[v_next];
+      for (int l = 0; l < per_stage; ++l) {
+        const sim::TaskId src = last[slot(stage, l, op.microbatch, op.chunk, op.phase)];
+        const sim::TaskId dst = first[slot(s_next, l, op.microbatch, c_next, op.phase)];
+        if (src == sim::kNoTask || dst == sim::kNoTask) continue;
+        if (secs <= 0) {
+          builder_.depend(src, dst);
+          continue;
+        }
+        const SimRank& a = ranks[rank_index(stage, l)];
+        const SimRank& b = ranks[rank_index(s_next, l)];
+        pres.clear();
+        pres.push_back(a.streams[static_cast<int>(Stream::Pp)]);
+        const bool same_node = topo_.node_of(a.global_rank) == topo_.node_of(b.global_rank);
+        pres.push_back(same_node ? a.scaleup_port : a.nic);
+        pres.push_back(same_node ? b.scaleup_port : b.nic);
+        const sim::TaskId t = builder_.add_task(to_ticks(Seconds{secs}), kPpComm,
+                                                builder_.label(fwd ? "send_activation" : "send_gradient"), op.microbatch,
+                                                pres);
+        builder_.depend(src, t);
+        builder_.depend(t, dst);
+      }
+    }
+  }
+
+  // End of step: gradient reduction (unless overlapped), optimizer, parameter all-gather.
+  for (int stage = 0; stage < pp; ++stage) {
+    compute_shapes(stage);
+    const StageInfo& si = out_.stages[stage];
+    if (!p_.overlap_grad_reduce) {
+      auto rs = emit_dp(stage, si.params_dense, si.params_expert, false, "grad_reduce");
+      for (int l = 0; l < per_stage; ++l)
+        for (sim::TaskId t : rs[l]) {
+          for (int c = 0; c < vpp; ++c)
+            for (int mb = 0; mb < m; ++mb) {
+              const sim::TaskId b = last[slot(stage, l, mb, c, Phase::Backward)];
+              if (b != sim::kNoTask) builder_.depend(b, t);
+            }
+          dp_tasks[rank_index(stage, l)].push_back(t);
+        }
+    }
+    // Adam on the local shard: read parameter, gradient, m, v (FP32), write parameter, m, v
+    // and the BF16 copy, plus the gradient-norm pass: about 34 bytes per shard parameter.
+    const double shard = distopt ? si.params_dense / (p_.dp * p_.cp) + si.params_expert / lay_.edp
+                                 : si.params_dense + si.params_expert;
+    const Seconds opt_t = cm_.memory_bound(Bytes{34.0 * shard});
+    out_.optimizer_seconds = std::max(out_.optimizer_seconds, opt_t.value());
+    std::vector<sim::TaskId> opt(per_stage);
+    for (int l = 0; l < per_stage; ++l) {
+      const SimRank& r = ranks[rank_index(stage, l)];
+      opt[l] = builder_.add_task(to_ticks(opt_t), kOptimizer, builder_.label("optimizer_step"), -1,
+                                 {r.streams[static_cast<int>(Stream::Compute)]});
+      for (int mb = 0; mb < m; ++mb)
+        for (int c = 0; c < vpp; ++c) {
+          const sim::TaskId t = last[slot(stage, l, mb, c, Phase::Backward)];
+          if (t != sim::kNoTask) builder_.depend(t, opt[l]);
+        }
+      for (sim::TaskId t : dp_tasks[rank_index(stage, l)]) builder_.depend(t, opt[l]);
+    }
+    if (distopt && !p_.overlap_param_gather) {
+      auto ag = emit_dp(stage, si.params_dense, si.params_expert, true, "param_gather");
+      for (int l = 0; l < per_stage; ++l)
+        for (sim::TaskId t : ag[l]) builder_.depend(opt[l], t);
+    }
+  }
+}
+
+}  // namespace
+
+Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w) {
+  Lowering l(s, topo, w);
+  return l.run();
+}
+
+}  // namespace moesim::strategies

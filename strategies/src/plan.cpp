@@ -1,0 +1,473 @@
+#include "moesim/strategies/plan.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "moesim/models/presets.hpp"
+#include "moesim/models/workload.hpp"
+
+namespace moesim::strategies {
+
+const char* fidelity_name(Fidelity f) {
+  switch (f) {
+    case Fidelity::Fast: return "fast";
+    case Fidelity::Balanced: return "balanced";
+    case Fidelity::Full: return "full";
+  }
+  return "?";
+}
+
+std::optional<Fidelity> parse_fidelity(std::string_view s) {
+  if (s == "fast") return Fidelity::Fast;
+  if (s == "balanced") return Fidelity::Balanced;
+  if (s == "full") return Fidelity::Full;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string dstr(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+std::uint32_t parse_recompute_modules(const nlohmann::json& v, const std::string& pointer, Diagnostics& diag) {
+  namespace rc = models::recompute;
+  std::uint32_t bits = 0;
+  if (!v.is_array()) {
+    diag.error(pointer, json_brief(v), "must be a list of module names");
+    return rc::kCoreAttn;
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& x = v[i];
+    const std::string s = x.is_string() ? x.get<std::string>() : "";
+    if (s == "core_attn") bits |= rc::kCoreAttn;
+    else if (s == "layernorm") bits |= rc::kNorm;
+    else if (s == "mla_up_proj") bits |= rc::kMlaUp;
+    else if (s == "moe_act" || s == "activation") bits |= rc::kActivation;
+    else if (s == "mlp") bits |= rc::kMlp;
+    else if (s == "moe") bits |= rc::kMoe;
+    else if (s == "shared_experts") bits |= rc::kShared;
+    else
+      diag.error(pointer + "/" + std::to_string(i), json_brief(x),
+                 "must be one of: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts");
+  }
+  return bits;
+}
+
+void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p, TrainingSpec& t, Diagnostics& diag) {
+  ObjectReader r(j, ptr, diag);
+  if (!r.valid()) return;
+  constexpr std::int64_t kMax = 1 << 20;
+  p.tp = static_cast<int>(r.integer({"tensor_model_parallel_size", "tp"}, 1, 1, kMax));
+  p.pp = static_cast<int>(r.integer({"pipeline_model_parallel_size", "pp"}, 1, 1, kMax));
+  p.vpp = static_cast<int>(r.integer({"virtual_pipeline_model_parallel_size", "vpp"}, 1, 1, kMax));
+  if (auto lps = r.opt_integer({"num_layers_per_virtual_pipeline_stage"}, 1, kMax)) {
+    // Megatron derives vpp = layers / (pp x layers_per_vstage); resolved in validate_plan.
+    p.vpp = -static_cast<int>(*lps);
+  }
+  p.ep = static_cast<int>(r.integer({"expert_model_parallel_size", "ep"}, 1, 1, kMax));
+  p.etp = static_cast<int>(r.integer({"expert_tensor_parallel_size", "etp"}, 0, 1, kMax));
+  p.cp = static_cast<int>(r.integer({"context_parallel_size", "cp"}, 1, 1, kMax));
+  p.dp = static_cast<int>(r.integer({"data_parallel_size", "dp"}, 0, 1, kMax));
+  p.mbs = static_cast<int>(r.integer({"micro_batch_size", "mbs"}, 1, 1, kMax));
+  p.sequence_parallel = r.boolean({"sequence_parallel"}, false);
+  p.distributed_optimizer = r.boolean({"use_distributed_optimizer"}, false);
+  p.moe_tp_extend_ep = r.boolean({"moe_tp_extend_ep"}, false);
+  p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
+  p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
+  if (p.overlap_param_gather && !p.distributed_optimizer)
+    diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
+  {
+    const nlohmann::json* g = r.get({"recompute_granularity"});
+    if (g != nullptr && !g->is_null()) {
+      const std::string s = g->is_string() ? g->get<std::string>() : "";
+      if (s == "full") p.recompute = Recompute::Full;
+      else if (s == "selective") p.recompute = Recompute::Selective;
+      else if (s == "none") p.recompute = Recompute::None;
+      else diag.error(r.child_pointer("recompute_granularity"), json_brief(*g), "must be one of: none, selective, full (or null)");
+    }
+  }
+  const std::string method = r.string({"recompute_method"}, "uniform", {"uniform", "block"});
+  p.recompute_method = method == "block" ? RecomputeMethod::Block : RecomputeMethod::Uniform;
+  p.recompute_num_layers = static_cast<int>(r.integer({"recompute_num_layers"}, 0, 0, kMax));
+  if (const auto* mods = r.get({"recompute_modules"})) {
+    p.recompute_modules = parse_recompute_modules(*mods, r.child_pointer("recompute_modules"), diag);
+    if (p.recompute != Recompute::Selective)
+      diag.error(r.child_pointer("recompute_modules"), json_brief(*mods), "needs recompute_granularity=\"selective\"");
+  } else {
+    p.recompute_modules = models::recompute::kCoreAttn;  // Megatron's default selective module
+  }
+  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical"});
+  p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical : AllToAllAlgo::Flat;
+  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b"});
+  if (const auto* part = r.get({"pipeline_layer_partition"})) {
+    if (part->is_string()) {
+      const std::string s = part->get<std::string>();
+      if (s == "auto" || s == "even") p.partition = s;
+      else diag.error(r.child_pointer("pipeline_layer_partition"), json_brief(*part), "must be \"auto\", \"even\" or a list of layer counts per virtual stage");
+    } else if (part->is_array()) {
+      p.partition = "explicit";
+      for (std::size_t i = 0; i < part->size(); ++i) {
+        const auto& x = (*part)[i];
+        if (!x.is_number_integer() || x.get<int>() < 0) {
+          diag.error(r.child_pointer("pipeline_layer_partition") + "/" + std::to_string(i), json_brief(x),
+                     "must be a non-negative integer (decoder layers in this virtual stage)");
+          continue;
+        }
+        p.layers_per_stage.push_back(x.get<int>());
+      }
+    } else {
+      diag.error(r.child_pointer("pipeline_layer_partition"), json_brief(*part), "must be \"auto\", \"even\" or a list of integers");
+    }
+  }
+  p.first_stage_layers = static_cast<int>(r.integer({"decoder_first_pipeline_num_layers"}, -1, 0, kMax));
+  p.last_stage_layers = static_cast<int>(r.integer({"decoder_last_pipeline_num_layers"}, -1, 0, kMax));
+  p.noop_layers = static_cast<int>(r.integer({"noop_layers"}, 0, 0, kMax));
+  if ((p.first_stage_layers >= 0 || p.last_stage_layers >= 0) && p.partition == "auto") p.partition = "even";
+  // A micro-batch size given in the training section is the same Megatron argument.
+  (void)t;
+  if (sched) {
+    if (*sched == "1f1b" && p.vpp > 1)
+      diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
+    if (*sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
+  }
+  r.ignore({"megatron_args"});
+  r.finish();
+}
+
+void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpec& t, Diagnostics& diag) {
+  ObjectReader r(j, ptr, diag);
+  if (!r.valid()) return;
+  t.seq_length = r.required_integer({"seq_length", "seq_len"}, 1, 1LL << 30);
+  t.global_batch_size = r.required_integer({"global_batch_size", "gbs"}, 1, 1LL << 40);
+  const std::string prec = r.string({"precision"}, "bf16", {"bf16", "fp16", "fp8"});
+  t.precision = prec == "fp8" ? models::Precision::FP8 : prec == "fp16" ? models::Precision::FP16 : models::Precision::BF16;
+  r.finish();
+}
+
+}  // namespace
+
+void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann::json& training, const std::string& pointer,
+                         Diagnostics& diag) {
+  std::istringstream in(args);
+  std::vector<std::string> tokens;
+  for (std::string t; in >> t;) tokens.push_back(t);
+  // Arguments that do not change performance (optimiser hyper-parameters, data, logging).
+  static const char* kIgnored[] = {
+      "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-warmup-fraction", "lr-decay-iters", "train-iters",
+      "train-samples", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "init-method-std",
+      "seed", "save", "load", "data-path", "split", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file",
+      "log-interval", "save-interval", "eval-interval", "eval-iters", "tensorboard-dir", "distributed-backend",
+      "num-workers", "no-load-optim", "no-load-rng", "attention-dropout", "hidden-dropout", "norm-epsilon",
+      "rotary-base", "use-mcore-models", "transformer-impl", "use-flash-attn", "use-fused-rmsnorm",
+      "use-fused-swiglu", "use-fused-rotary-pos-emb", "no-masked-softmax-fusion", "position-embedding-type",
+      "normalization", "swiglu", "disable-bias-linear", "untie-embeddings-and-output-weights",
+      "make-vocab-size-divisible-by", "max-position-embeddings", "moe-router-topk-scaling-factor",
+      "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-grouped-gemm", "moe-token-dispatcher-type",
+      "moe-permute-fusion", "moe-router-dtype", "use-rotary-position-embeddings", "no-gradient-accumulation-fusion",
+      "exit-interval", "log-throughput", "timing-log-level", "ckpt-format", "mock-data", "no-create-attention-mask-in-dataloader"};
+  auto ignored = [](const std::string& k) {
+    for (const char* i : kIgnored)
+      if (k == i) return true;
+    return false;
+  };
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& tok = tokens[i];
+    if (tok.rfind("--", 0) != 0) {
+      diag.error(pointer, "\"" + tok + "\"", "is not an argument (expected --name [value])");
+      continue;
+    }
+    std::string name = tok.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    } else if (i + 1 < tokens.size() && tokens[i + 1].rfind("--", 0) != 0) {
+      value = tokens[++i];
+      has_value = true;
+    }
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    auto as_json = [&](const std::string& v) {
+      nlohmann::json x = nlohmann::json::parse(v, nullptr, false);
+      return x.is_discarded() ? nlohmann::json(v) : x;
+    };
+    if (key == "bf16" || key == "fp16") {
+      training["precision"] = key;
+    } else if (key == "fp8_format" || key == "fp8") {
+      training["precision"] = "fp8";
+    } else if (key == "seq_length") {
+      training["seq_length"] = as_json(value);
+    } else if (key == "global_batch_size") {
+      training["global_batch_size"] = as_json(value);
+    } else if (key == "num_layers" || key == "hidden_size" || key == "num_attention_heads" || key == "ffn_hidden_size" ||
+               key == "num_experts" || key == "moe_router_topk") {
+      // Model shape belongs to the model section; accept it when it agrees, ignore otherwise.
+      continue;
+    } else if (key == "recompute_activations") {
+      par["recompute_granularity"] = "selective";
+    } else if (key == "noop_layers") {
+      int n = 1;
+      for (char c : value) n += c == ',';
+      par["noop_layers"] = n;
+    } else if (ignored(name) || (name.rfind("no-", 0) == 0 && ignored(name.substr(3)))) {
+      continue;
+    } else if (key == "tensor_model_parallel_size" || key == "pipeline_model_parallel_size" ||
+               key == "virtual_pipeline_model_parallel_size" || key == "num_layers_per_virtual_pipeline_stage" ||
+               key == "expert_model_parallel_size" || key == "expert_tensor_parallel_size" ||
+               key == "context_parallel_size" || key == "micro_batch_size" || key == "recompute_granularity" ||
+               key == "recompute_method" || key == "recompute_num_layers" || key == "decoder_first_pipeline_num_layers" ||
+               key == "decoder_last_pipeline_num_layers") {
+      if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
+      else par[key] = as_json(value);
+    } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
+               key == "overlap_param_gather" || key == "moe_tp_extend_ep") {
+      par[key] = has_value ? as_json(value) : nlohmann::json(true);
+    } else if (key == "recompute_modules") {
+      nlohmann::json mods = nlohmann::json::array();
+      mods.push_back(value);
+      while (i + 1 < tokens.size() && tokens[i + 1].rfind("--", 0) != 0) mods.push_back(tokens[++i]);
+      par[key] = mods;
+    } else if (key == "moe_hierarchical_alltoallv") {
+      par["moe_alltoall"] = "hierarchical";
+    } else {
+      diag.error(pointer, "\"" + tok + "\"",
+                 "is not a Megatron/MindSpeed argument moesim understands; give it as a parallelism key or drop it");
+    }
+  }
+}
+
+void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
+                   Diagnostics& diag) {
+  const std::string P = "/parallelism";
+  auto err = [&](const std::string& key, double v, const std::string& constraint) {
+    diag.error(P + "/" + key, dstr(v), constraint);
+  };
+  if (m.num_layers <= 0 || c.devices <= 0) return;  // already reported
+  // Virtual pipeline size from layers per virtual stage.
+  if (p.vpp < 0) {
+    const int lps = -p.vpp;
+    const int total = m.num_layers + p.noop_layers;
+    if (total % (p.pp * lps) != 0) {
+      err("num_layers_per_virtual_pipeline_stage", lps,
+          "must divide num_layers/pp = " + std::to_string(total) + "/" + std::to_string(p.pp));
+      p.vpp = 1;
+    } else {
+      p.vpp = total / (p.pp * lps);
+    }
+  }
+  if (p.vpp > 1) p.schedule = ScheduleKind::Interleaved;
+  const long long model_par = 1LL * p.tp * p.pp * p.cp;
+  const bool dp_known = c.devices % model_par == 0;
+  if (!dp_known) {
+    diag.error(P, "", "tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) + " x " +
+                          std::to_string(p.cp) + " = " + std::to_string(model_par) + " must divide the " +
+                          std::to_string(c.devices) + " devices (/cluster/devices)");
+  } else {
+    const int dp = static_cast<int>(c.devices / model_par);
+    if (p.dp != 0 && p.dp != dp)
+      err("data_parallel_size", p.dp,
+          "must equal devices / (tp x pp x cp) = " + std::to_string(c.devices) + " / " + std::to_string(model_par) + " = " +
+              std::to_string(dp));
+    p.dp = dp;
+  }
+  if (p.dp <= 0) p.dp = 1;
+  if (m.heads % p.tp != 0) err("tensor_model_parallel_size", p.tp, "must divide num_attention_heads=" + std::to_string(m.heads));
+  if (m.attention == models::AttentionKind::GQA && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+    err("tensor_model_parallel_size", p.tp,
+        "must divide num_key_value_heads=" + std::to_string(m.kv_heads) + " (or be a multiple of it)");
+  if (m.num_dense_layers() > 0 && m.ffn_hidden % p.tp != 0)
+    err("tensor_model_parallel_size", p.tp, "must divide intermediate_size=" + std::to_string(m.ffn_hidden));
+  if (p.tp > 1 && !p.sequence_parallel && m.is_moe())
+    diag.error(P + "/sequence_parallel", "false", "must be true for MoE models with tp > 1 (Megatron requires it)");
+  const long long seq_div = 1LL * (p.sequence_parallel ? p.tp : 1) * p.cp * (p.cp > 1 ? 2 : 1);
+  if (t.seq_length % seq_div != 0)
+    diag.error("/training/seq_length", std::to_string(t.seq_length),
+               "must be divisible by " + std::string(p.sequence_parallel ? "tp x " : "") + "cp" +
+                   (p.cp > 1 ? " x 2 (load-balanced context parallelism)" : "") + " = " + std::to_string(seq_div));
+  if (m.is_moe()) {
+    const int ep = p.ep_size();
+    const int etp = p.etp_size();
+    if (m.num_experts % ep != 0)
+      err("expert_model_parallel_size", p.ep,
+          "gives " + std::to_string(ep) + " expert-parallel ranks" + (p.moe_tp_extend_ep ? " (ep x tp with moe_tp_extend_ep)" : "") +
+              ", which must divide num_experts=" + std::to_string(m.num_experts));
+    if (m.expert_ffn_hidden % etp != 0) {
+      if (p.etp == 0)
+        err("tensor_model_parallel_size", p.tp,
+            "is also the expert tensor-parallel size by default (Megatron), and must divide the expert FFN width " +
+                std::to_string(m.expert_ffn_hidden) + "; set expert_tensor_parallel_size or moe_tp_extend_ep");
+      else
+        err("expert_tensor_parallel_size", etp, "must divide the expert FFN width " + std::to_string(m.expert_ffn_hidden));
+    }
+    const long long block = 1LL * p.tp * p.cp * p.dp;
+    if (dp_known && block % (1LL * ep * etp) != 0)
+      err("expert_model_parallel_size", p.ep,
+          "ep x etp = " + std::to_string(1LL * ep * etp) + " must divide tp x cp x dp = " + std::to_string(block));
+    if (p.moe_tp_extend_ep && p.etp != 0 && p.etp != 1)
+      err("expert_tensor_parallel_size", p.etp, "must be 1 (or absent) with moe_tp_extend_ep");
+  } else if (p.ep != 1) {
+    err("expert_model_parallel_size", p.ep, "must be 1 for a dense model");
+  }
+  const long long per_step = 1LL * p.mbs * p.dp;
+  if (!dp_known) {
+    p.num_microbatches = 1;
+  } else if (t.global_batch_size % per_step != 0) {
+    diag.error("/training/global_batch_size", std::to_string(t.global_batch_size),
+               "must be a multiple of micro_batch_size x dp = " + std::to_string(p.mbs) + " x " + std::to_string(p.dp) +
+                   " = " + std::to_string(per_step));
+  } else {
+    p.num_microbatches = static_cast<int>(t.global_batch_size / per_step);
+  }
+  if (p.num_microbatches <= 0) p.num_microbatches = 1;
+  if (p.vpp > 1 && p.pp == 1) err("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1");
+  if (p.vpp > 1 && p.num_microbatches % p.pp != 0)
+    diag.error("/training/global_batch_size", std::to_string(t.global_batch_size),
+               "gives " + std::to_string(p.num_microbatches) +
+                   " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp));
+  // Layer partition over virtual stages.
+  const int vs = p.pp * p.vpp;
+  const int slots = m.num_layers + p.noop_layers;
+  if (p.partition == "explicit") {
+    if (static_cast<int>(p.layers_per_stage.size()) != vs) {
+      diag.error(P + "/pipeline_layer_partition", std::to_string(p.layers_per_stage.size()) + " entries",
+                 "must have pp x vpp = " + std::to_string(vs) + " entries");
+    } else {
+      int sum = 0;
+      for (int x : p.layers_per_stage) sum += x;
+      if (sum != m.num_layers)
+        diag.error(P + "/pipeline_layer_partition", "sum " + std::to_string(sum),
+                   "must add up to num_hidden_layers=" + std::to_string(m.num_layers));
+    }
+  } else if (p.partition == "even") {
+    int rest = slots;
+    int stages = vs;
+    if (p.first_stage_layers >= 0) {
+      rest -= p.first_stage_layers;
+      --stages;
+    }
+    if (p.last_stage_layers >= 0) {
+      rest -= p.last_stage_layers;
+      --stages;
+    }
+    if (stages <= 0 || rest < 0 || rest % stages != 0)
+      diag.error(P, "", "an even split of " + std::to_string(slots) + " layers (" + std::to_string(m.num_layers) +
+                            " + " + std::to_string(p.noop_layers) + " noop) over pp x vpp = " + std::to_string(vs) +
+                            " virtual stages does not divide" +
+                            (p.first_stage_layers >= 0 || p.last_stage_layers >= 0 ? " after the first/last stage counts" : "") +
+                            "; use pipeline_layer_partition \"auto\" or give decoder_first/last_pipeline_num_layers");
+  } else if (slots < vs) {
+    diag.error(P + "/pipeline_model_parallel_size", std::to_string(p.pp),
+               "x vpp=" + std::to_string(p.vpp) + " gives " + std::to_string(vs) + " virtual stages, more than the " +
+                   std::to_string(m.num_layers) + " layers");
+  }
+}
+
+Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir) {
+  Scenario s;
+  s.file = file;
+  s.document = doc;
+  Diagnostics diag(file);
+  ObjectReader root(doc, "", diag);
+  if (!root.valid()) diag.throw_if_any();
+
+  // Model.
+  if (const auto* m = root.get({"model"})) {
+    s.model = models::load_model(*m, "/model", diag, base_dir);
+    s.model_name = m->is_string() ? m->get<std::string>() : s.model.name;
+  } else {
+    diag.error("/model", "", "is required (a preset name, a path to config.json, or a config object)");
+  }
+  // Cluster.
+  if (const auto* c = root.get({"cluster"})) s.cluster = topologies::load_cluster(*c, "/cluster", diag);
+  else diag.error("/cluster", "", "is required ({\"preset\": \"atlas-800t-a2\", \"devices\": 6144})");
+
+  nlohmann::json par = doc.contains("parallelism") ? doc["parallelism"] : nlohmann::json::object();
+  nlohmann::json training = doc.contains("training") ? doc["training"] : nlohmann::json::object();
+  if (par.is_object() && par.contains("megatron_args")) {
+    if (!par["megatron_args"].is_string()) {
+      diag.error("/parallelism/megatron_args", json_brief(par["megatron_args"]), "must be a string of command-line arguments");
+    } else {
+      nlohmann::json from_args = nlohmann::json::object();
+      nlohmann::json train_args = nlohmann::json::object();
+      apply_megatron_args(par["megatron_args"].get<std::string>(), from_args, train_args, "/parallelism/megatron_args", diag);
+      // Explicit keys win over the command line.
+      for (auto it = from_args.begin(); it != from_args.end(); ++it)
+        if (!par.contains(it.key())) par[it.key()] = it.value();
+      if (training.is_object())
+        for (auto it = train_args.begin(); it != train_args.end(); ++it)
+          if (!training.contains(it.key())) training[it.key()] = it.value();
+    }
+  }
+  root.has({"parallelism"});
+  if (root.has({"training"})) parse_training(training, "/training", s.training, diag);
+  else diag.error("/training", "", "is required ({\"seq_length\", \"global_batch_size\", \"precision\"})");
+  parse_parallelism(par, "/parallelism", s.plan, s.training, diag);
+
+  if (const auto* sim = root.get({"simulation"})) {
+    ObjectReader r(*sim, "/simulation", diag);
+    const std::string f = r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"});
+    s.simulation.fidelity = *parse_fidelity(f);
+    r.finish();
+  }
+  s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
+  root.ignore({"description", "name", "_comment", "_source"});
+  root.finish();
+  if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())
+    diag.error("/training/precision", "\"fp8\"", "is not supported by device " + s.cluster.device.name + " (no FP8 peak in its preset)");
+  // Divisibility is checked whenever model and cluster were readable, so that every problem
+  // is reported in one go.
+  if (s.model.num_layers > 0 && s.cluster.devices > 0 && s.model.heads > 0)
+    validate_plan(s.plan, s.training, s.model, s.cluster, diag);
+  diag.throw_if_any();
+  return s;
+}
+
+namespace {
+// Short aliases of the parallelism keys (INTERFACE.md).
+constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+    {"tp", "tensor_model_parallel_size"},    {"pp", "pipeline_model_parallel_size"},
+    {"vpp", "virtual_pipeline_model_parallel_size"}, {"ep", "expert_model_parallel_size"},
+    {"etp", "expert_tensor_parallel_size"},  {"cp", "context_parallel_size"},
+    {"dp", "data_parallel_size"},            {"mbs", "micro_batch_size"},
+};
+
+/// `--set parallelism.ep=8` on a scenario that spells the key out overrides that key (and the
+/// other way round) instead of creating a second spelling of it.
+std::string canonical_override(const nlohmann::json& doc, const std::string& assignment) {
+  const std::string prefix = "parallelism.";
+  if (assignment.rfind(prefix, 0) != 0 || !doc.contains("parallelism") || !doc["parallelism"].is_object())
+    return assignment;
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) return assignment;
+  const std::string key = assignment.substr(prefix.size(), eq - prefix.size());
+  const auto& par = doc["parallelism"];
+  for (auto [alias, full] : kAliases) {
+    if (key == alias && !par.contains(key) && par.contains(full))
+      return prefix + std::string(full) + assignment.substr(eq);
+    if (key == full && !par.contains(key) && par.contains(alias))
+      return prefix + std::string(alias) + assignment.substr(eq);
+  }
+  return assignment;
+}
+}  // namespace
+
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string file = path == "-" ? "<stdin>" : path;
+  Diagnostics diag(file);
+  auto doc = read_json_file(path, diag);
+  diag.throw_if_any();
+  Diagnostics set_diag(file);
+  for (const auto& o : overrides) apply_override(*doc, canonical_override(*doc, o), set_diag);
+  set_diag.throw_if_any();
+  std::string base_dir;
+  if (path != "-") base_dir = std::filesystem::path(path).parent_path().string();
+  return load_scenario(*doc, file, base_dir);
+}
+
+}  // namespace moesim::strategies

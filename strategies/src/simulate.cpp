@@ -1,0 +1,377 @@
+#include "moesim/strategies/simulate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ostream>
+#include <stdexcept>
+
+#include "moesim/topologies/topology.hpp"
+
+namespace moesim::strategies {
+namespace {
+
+using Interval = std::pair<Tick, Tick>;
+
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+Tick measure(const std::vector<Interval>& v) {
+  Tick t = 0;
+  for (const auto& iv : v) t += iv.second - iv.first;
+  return t;
+}
+
+/// Length of a minus b (both merged).
+Tick measure_minus(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  Tick total = 0;
+  std::size_t j = 0;
+  for (const auto& iv : a) {
+    Tick cur = iv.first;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    std::size_t k = j;
+    while (cur < iv.second) {
+      if (k >= b.size() || b[k].first >= iv.second) {
+        total += iv.second - cur;
+        break;
+      }
+      if (b[k].first > cur) total += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      ++k;
+    }
+  }
+  return total;
+}
+
+std::vector<Interval> union_of(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> v(a);
+  v.insert(v.end(), b.begin(), b.end());
+  return merged(std::move(v));
+}
+
+struct RankTimes {
+  Breakdown b;  // seconds
+  double comm_total = 0;
+  double comm_hidden = 0;
+};
+
+RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const SimRank& r, Tick makespan) {
+  RankTimes rt;
+  std::vector<Interval> compute_busy;
+  Tick compute = 0, recompute = 0, optimizer = 0;
+  for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
+    const Tick d = run.end[t] - run.start[t];
+    if (d <= 0) continue;
+    compute_busy.emplace_back(run.start[t], run.end[t]);
+    const auto c = g.category(t);
+    if (c == kRecompute) recompute += d;
+    else if (c == kOptimizer) optimizer += d;
+    else compute += d;
+  }
+  compute_busy = merged(std::move(compute_busy));
+  // Communication by category, in priority order for attributing exposed time.
+  const sim::Category order[] = {kTpComm, kCpComm, kEpComm, kPpComm, kDpComm};
+  std::array<std::vector<Interval>, kNumCats> comm;
+  for (int s = 1; s < kNumStreams; ++s)
+    for (sim::TaskId t : g.stream_order(r.streams[s]))
+      if (run.end[t] > run.start[t]) comm[g.category(t)].emplace_back(run.start[t], run.end[t]);
+  std::vector<Interval> covered = compute_busy;
+  std::array<Tick, kNumCats> exposed{};
+  for (sim::Category c : order) {
+    auto u = merged(std::move(comm[c]));
+    const Tick total = measure(u);
+    const Tick visible = measure_minus(u, covered);
+    exposed[c] = visible;
+    rt.comm_total += to_seconds(total).value();
+    rt.comm_hidden += to_seconds(total - measure_minus(u, compute_busy)).value();
+    covered = union_of(covered, u);
+  }
+  const Tick idle = makespan - measure(covered);
+  rt.b.compute = to_seconds(compute + recompute).value();
+  rt.b.recompute = to_seconds(recompute).value();
+  rt.b.other = to_seconds(optimizer).value();
+  rt.b.tp_comm = to_seconds(exposed[kTpComm]).value();
+  rt.b.cp_comm = to_seconds(exposed[kCpComm]).value();
+  rt.b.ep_comm = to_seconds(exposed[kEpComm]).value();
+  rt.b.pp_comm = to_seconds(exposed[kPpComm]).value();
+  rt.b.dp_comm = to_seconds(exposed[kDpComm]).value();
+  rt.b.bubble = to_seconds(std::max<Tick>(0, idle)).value();
+  return rt;
+}
+
+void add_scaled(Breakdown& a, const Breakdown& b, double w) {
+  a.compute += w * b.compute;
+  a.tp_comm += w * b.tp_comm;
+  a.cp_comm += w * b.cp_comm;
+  a.ep_comm += w * b.ep_comm;
+  a.pp_comm += w * b.pp_comm;
+  a.dp_comm += w * b.dp_comm;
+  a.bubble += w * b.bubble;
+  a.imbalance_wait += w * b.imbalance_wait;
+  a.other += w * b.other;
+  a.recompute += w * b.recompute;
+}
+
+std::string item_name(const models::Workload& w, int idx) {
+  const auto& it = w.items[idx];
+  switch (it.kind) {
+    case models::ItemKind::Embedding: return "emb";
+    case models::ItemKind::Decoder: return "L" + std::to_string(it.index);
+    case models::ItemKind::Head: return "head";
+    case models::ItemKind::Mtp: return "mtp" + std::to_string(it.index);
+  }
+  return "?";
+}
+
+std::string gib_text(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", b / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+Simulation simulate(const Scenario& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Simulation out;
+  Result& r = out.result;
+  const models::Workload w = models::build_workload(s.model, s.training.seq_length);
+  const topologies::Topology topo = topologies::build_topology(s.cluster);
+  out.lowered = lower(s, topo, w);
+  const Lowered& low = out.lowered;
+  out.run = sim::Engine(low.graph).run();
+  if (!out.run.completed) throw std::logic_error(out.run.error);
+
+  const double devices = s.cluster.devices;
+  const double step = to_seconds(out.run.makespan).value();
+  const auto& dev = s.cluster.device;
+  r.step_time_s = step;
+  r.tokens_per_step = s.training.tokens_per_step();
+  r.tokens_per_s = step > 0 ? r.tokens_per_step / step : 0;
+  r.tokens_per_s_per_device = r.tokens_per_s / devices;
+  r.model_flops_per_token = w.model_flops_per_token;
+  const double peak = dev.mfu_peak(s.training.precision).value();
+  r.peak_tflops_per_device = peak / 1e12;
+  r.mfu = r.model_flops_per_token * r.tokens_per_s / (devices * peak);
+  r.achieved_tflops_per_device = r.mfu * r.peak_tflops_per_device;
+  double executed = 0;
+  for (std::size_t i = 0; i < low.ranks.size(); ++i) executed += low.executed_flops[i] * low.ranks[i].weight;
+  r.hfu = step > 0 ? executed / step / (devices * peak) : 0;
+
+  // Where the time goes, per device.
+  double weight_total = 0, comm_total = 0, comm_hidden = 0;
+  std::vector<Breakdown> per_stage(low.stages.size());
+  std::vector<double> per_stage_w(low.stages.size(), 0.0);
+  for (const SimRank& rank : low.ranks) {
+    const RankTimes rt = rank_times(low.graph, out.run, rank, out.run.makespan);
+    add_scaled(r.breakdown, rt.b, rank.weight);
+    add_scaled(per_stage[rank.stage], rt.b, rank.weight);
+    per_stage_w[rank.stage] += rank.weight;
+    weight_total += rank.weight;
+    comm_total += rt.comm_total * rank.weight;
+    comm_hidden += rt.comm_hidden * rank.weight;
+  }
+  const Breakdown sum = r.breakdown;
+  r.breakdown = Breakdown{};
+  add_scaled(r.breakdown, sum, 1.0 / weight_total);
+  r.comm_overlap_fraction = comm_total > 0 ? comm_hidden / comm_total : 0.0;
+  r.comm_seconds_per_device = comm_total / weight_total;
+
+  // Memory.
+  r.capacity_bytes = dev.hbm_capacity.value();
+  int worst = 0;
+  for (const StageInfo& si : low.stages) {
+    StageResult sr;
+    sr.stage = si.stage;
+    sr.decoder_layers = si.decoder_layers;
+    sr.memory = si.memory;
+    sr.params = si.params_dense + si.params_expert;
+    for (const auto& chunk : si.chunk_items) {
+      std::string names;
+      for (int idx : chunk) names += (names.empty() ? "" : ",") + item_name(w, idx);
+      sr.chunks.push_back(names);
+    }
+    add_scaled(sr.breakdown, per_stage[si.stage], per_stage_w[si.stage] > 0 ? 1.0 / per_stage_w[si.stage] : 0.0);
+    if (si.memory.total() > r.peak_memory_bytes) {
+      r.peak_memory_bytes = si.memory.total();
+      worst = si.stage;
+    }
+    r.stages.push_back(std::move(sr));
+  }
+  r.memory_fits = r.peak_memory_bytes <= r.capacity_bytes;
+  if (!r.memory_fits) {
+    const MemoryBreakdown& m = low.stages[worst].memory;
+    r.feasible = false;
+    r.infeasible_reason = "out of memory: pipeline stage " + std::to_string(worst) + " needs " +
+                          gib_text(m.total()) + " GiB per device (weights " + gib_text(m.weights) + ", gradients " +
+                          gib_text(m.gradients) + ", optimizer " + gib_text(m.optimizer) + ", activations " +
+                          gib_text(m.activations) + " for " + std::to_string(m.peak_inflight) +
+                          " micro-batch chunks in flight, transient " + gib_text(m.transient) + ", reserved " +
+                          gib_text(m.reserved) + ") but " + dev.name + " has " + gib_text(r.capacity_bytes) + " GiB";
+  }
+  r.collectives = low.collectives;
+  r.dp = s.plan.dp;
+  r.ep = s.model.is_moe() ? s.plan.ep_size() : 1;
+  r.etp = s.model.is_moe() ? s.plan.etp_size() : 1;
+  r.edp = s.model.is_moe() ? s.plan.edp_size() : s.plan.dp * s.plan.cp * s.plan.tp;
+  r.num_microbatches = s.plan.num_microbatches;
+  r.layers_per_virtual_stage = low.layers_per_virtual_stage;
+  r.params_total = w.params_total;
+  r.params_active = w.params_active_per_token;
+  r.seed = s.seed;
+  r.fidelity = fidelity_name(s.simulation.fidelity);
+  r.ranks_simulated = static_cast<int>(low.ranks.size());
+  r.tasks = low.graph.num_tasks();
+  r.events = out.run.events;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time) {
+  using nlohmann::json;
+  json j = json::object();
+  j["feasible"] = r.feasible;
+  j["infeasible_reason"] = r.feasible ? json(nullptr) : json(r.infeasible_reason);
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["tokens_per_s_per_device"] = r.tokens_per_s_per_device;
+  j["model_flops_per_token"] = r.model_flops_per_token;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["achieved_tflops_per_device"] = r.achieved_tflops_per_device;
+  j["peak_tflops_per_device"] = r.peak_tflops_per_device;
+  json stages = json::array();
+  for (const StageResult& st : r.stages) {
+    const MemoryBreakdown& m = st.memory;
+    json bd = {{"compute", st.breakdown.compute},   {"tp_comm", st.breakdown.tp_comm},
+               {"cp_comm", st.breakdown.cp_comm},   {"ep_comm", st.breakdown.ep_comm},
+               {"pp_comm", st.breakdown.pp_comm},   {"dp_comm", st.breakdown.dp_comm},
+               {"bubble", st.breakdown.bubble},     {"imbalance_wait", st.breakdown.imbalance_wait},
+               {"other", st.breakdown.other}};
+    stages.push_back({{"stage", st.stage},
+                      {"chunks", st.chunks},
+                      {"decoder_layers", st.decoder_layers},
+                      {"params_per_device", st.params},
+                      {"total_bytes", m.total()},
+                      {"weights_bytes", m.weights},
+                      {"gradients_bytes", m.gradients},
+                      {"optimizer_bytes", m.optimizer},
+                      {"activations_bytes", m.activations},
+                      {"transient_bytes", m.transient},
+                      {"reserved_bytes", m.reserved},
+                      {"peak_inflight_microbatch_chunks", m.peak_inflight},
+                      {"breakdown_s", bd}});
+  }
+  j["memory"] = {{"peak_bytes_per_device", r.peak_memory_bytes},
+                 {"capacity_bytes_per_device", r.capacity_bytes},
+                 {"fits", r.memory_fits},
+                 {"per_stage", stages}};
+  j["breakdown_s"] = {{"compute", r.breakdown.compute},   {"tp_comm", r.breakdown.tp_comm},
+                      {"cp_comm", r.breakdown.cp_comm},   {"ep_comm", r.breakdown.ep_comm},
+                      {"pp_comm", r.breakdown.pp_comm},   {"dp_comm", r.breakdown.dp_comm},
+                      {"bubble", r.breakdown.bubble},     {"imbalance_wait", r.breakdown.imbalance_wait},
+                      {"other", r.breakdown.other}};
+  j["recompute_s"] = r.breakdown.recompute;
+  j["comm_overlap_fraction"] = r.comm_overlap_fraction;
+  j["comm_s_per_device"] = r.comm_seconds_per_device;
+  if (s.model.is_moe()) {
+    // Uniform routing: every EP rank receives the same number of token copies.
+    j["expert_load"] = {{"max_over_mean", 1.0}, {"imbalance_score", 0.0}, {"routing", "uniform"}};
+  } else {
+    j["expert_load"] = nullptr;
+  }
+  json plan = s.document.contains("parallelism") ? s.document["parallelism"] : json::object();
+  j["plan"] = {{"tp", s.plan.tp},
+               {"pp", s.plan.pp},
+               {"vpp", s.plan.vpp},
+               {"cp", s.plan.cp},
+               {"dp", r.dp},
+               {"ep", r.ep},
+               {"etp", r.etp},
+               {"edp", r.edp},
+               {"micro_batch_size", s.plan.mbs},
+               {"num_microbatches", r.num_microbatches},
+               {"layers_per_virtual_stage", r.layers_per_virtual_stage}};
+  j["model"] = {{"name", s.model_name},
+                {"params_total", r.params_total},
+                {"params_active_per_token", r.params_active}};
+  json colls = json::array();
+  for (const auto& c : r.collectives)
+    colls.push_back({{"group", c.group},
+                     {"operation", c.operation},
+                     {"algorithm", c.algorithm},
+                     {"group_size", c.group_size},
+                     {"bytes", c.bytes},
+                     {"seconds", c.seconds},
+                     {"count_per_step", c.count_per_step}});
+  j["collectives"] = colls;
+  json simj = {{"version", kVersion},
+               {"seed", r.seed},
+               {"fidelity", r.fidelity},
+               {"ranks_simulated", r.ranks_simulated},
+               {"tasks", r.tasks},
+               {"events", r.events}};
+  if (include_wall_time) simj["wall_s"] = r.wall_s;
+  j["simulator"] = simj;
+  return j;
+}
+
+void write_chrome_trace(std::ostream& out, const Simulation& sim) {
+  const auto& g = sim.lowered.graph;
+  const auto& run = sim.run;
+  const auto& ranks = sim.lowered.ranks;
+  const auto& cats = g.category_names();
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  char buf[512];
+  auto emit = [&](const char* text) {
+    if (!first) out << ",\n";
+    first = false;
+    out << text;
+  };
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%zu,\"args\":{\"name\":\"rank %d (stage %d)\"}}", i,
+                  ranks[i].global_rank, ranks[i].stage);
+    emit(buf);
+    std::snprintf(buf, sizeof buf, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%zu,\"args\":{\"sort_index\":%zu}}",
+                  i, i);
+    emit(buf);
+    for (int s = 0; s < kNumStreams; ++s) {
+      std::snprintf(buf, sizeof buf,
+                    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%zu,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", i, s,
+                    stream_name(static_cast<Stream>(s)));
+      emit(buf);
+    }
+  }
+  // Map each stream resource to (rank, stream index).
+  std::vector<std::pair<int, int>> where(g.num_resources(), {-1, -1});
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    for (int s = 0; s < kNumStreams; ++s) where[ranks[i].streams[s]] = {static_cast<int>(i), s};
+  for (sim::TaskId t = 0; t < g.num_tasks(); ++t) {
+    const Tick d = run.end[t] - run.start[t];
+    if (d <= 0) continue;
+    for (sim::ResourceId res : g.resources_of(t)) {
+      const auto [rank, stream] = where[res];
+      if (rank < 0) continue;  // links are not tracks
+      std::snprintf(buf, sizeof buf,
+                    "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"microbatch\":%d}}",
+                    g.label_text(g.label(t)).c_str(), cats[g.category(t)].c_str(), rank, stream,
+                    static_cast<double>(run.start[t]) / 1e6, static_cast<double>(d) / 1e6, g.ordinal(t));
+      emit(buf);
+    }
+  }
+  out << "\n]}\n";
+}
+
+}  // namespace moesim::strategies

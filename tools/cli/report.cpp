@@ -1,0 +1,93 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+namespace moesim::tools {
+namespace {
+
+std::string human(double x) {
+  if (x >= 1e9) return fmt::format("{:.2f} G", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f} M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f} k", x / 1e3);
+  return fmt::format("{:.1f}", x);
+}
+
+double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+
+const char* recompute_name(strategies::Recompute r) {
+  switch (r) {
+    case strategies::Recompute::None: return "no recompute";
+    case strategies::Recompute::Selective: return "selective recompute";
+    case strategies::Recompute::Full: return "full recompute";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string format_plan_line(const strategies::Scenario& s) {
+  const auto& p = s.plan;
+  std::string plan = fmt::format("TP{}{} PP{}", p.tp, p.sequence_parallel && p.tp > 1 ? "+SP" : "", p.pp);
+  if (p.vpp > 1) plan += fmt::format(" VPP{}", p.vpp);
+  if (s.model.is_moe()) {
+    plan += fmt::format(" EP{}{}", p.ep_size(), p.moe_tp_extend_ep ? " (TP-extend-EP)" : "");
+    if (p.etp_size() > 1) plan += fmt::format(" ETP{}", p.etp_size());
+  }
+  if (p.cp > 1) plan += fmt::format(" CP{}", p.cp);
+  plan += fmt::format(" DP{}", p.dp);
+  std::string extras = recompute_name(p.recompute);
+  if (p.distributed_optimizer) extras += ", distributed optimizer";
+  if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) extras += ", hierarchical all-to-all";
+  return fmt::format(
+      "{} on {} x {} ({})\nplan: {} | mbs {}, {} micro-batches, seq {}, global batch {}, {}\n      {}", s.model_name,
+      s.cluster.devices, s.cluster.device.name, s.cluster.name, plan, p.mbs, p.num_microbatches, s.training.seq_length,
+      s.training.global_batch_size, models::precision_name(s.training.precision), extras);
+}
+
+std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time) {
+  std::string o;
+  o += fmt::format("moesim {}: {}\n\n", strategies::kVersion, format_plan_line(s));
+  o += fmt::format("  {:<22}{:.3f} s\n", "step time", r.step_time_s);
+  o += fmt::format("  {:<22}{}tokens/s ({:.1f} per device)\n", "throughput", human(r.tokens_per_s),
+                   r.tokens_per_s_per_device);
+  o += fmt::format("  {:<22}{:.1f}% / {:.1f}%\n", "MFU / HFU", 100 * r.mfu, 100 * r.hfu);
+  o += fmt::format("  {:<22}{:.1f} TFLOP/s per device (peak {:.1f})\n", "model FLOP rate", r.achieved_tflops_per_device,
+                   r.peak_tflops_per_device);
+  o += fmt::format("  {:<22}{:.1f} of {:.1f} GiB per device{}\n", "peak memory", gib(r.peak_memory_bytes),
+                   gib(r.capacity_bytes), r.memory_fits ? "" : "  (DOES NOT FIT)");
+  o += fmt::format("  {:<22}{:.1f}% of {:.3f} s communication per device\n", "comm hidden",
+                   100 * r.comm_overlap_fraction, r.comm_seconds_per_device);
+  if (!r.feasible) o += fmt::format("  {:<22}{}\n", "INFEASIBLE", r.infeasible_reason);
+
+  o += "\n  where the time goes (per device)       seconds    share\n";
+  const auto& b = r.breakdown;
+  auto row = [&](const char* name, double v) {
+    o += fmt::format("    {:<34}{:>9.3f}  {:>6.1f}%\n", name, v, r.step_time_s > 0 ? 100 * v / r.step_time_s : 0.0);
+  };
+  row("compute", b.compute);
+  if (b.recompute > 0) row("  of which recompute", b.recompute);
+  row("tensor-parallel comm (exposed)", b.tp_comm);
+  if (s.plan.cp > 1) row("context-parallel comm (exposed)", b.cp_comm);
+  if (s.model.is_moe()) row("expert all-to-all (exposed)", b.ep_comm);
+  row("pipeline send/recv (exposed)", b.pp_comm);
+  row("data-parallel comm (exposed)", b.dp_comm);
+  row("pipeline bubble", b.bubble);
+  if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait);
+  row("optimizer and other", b.other);
+
+  o += "\n  pipeline stages\n";
+  o += fmt::format("    {:>5} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "stage", "layers", "mem GiB", "act GiB", "compute",
+                   "bubble", "chunks");
+  for (const auto& st : r.stages) {
+    std::string chunks;
+    for (const auto& c : st.chunks) chunks += (chunks.empty() ? "" : " | ") + c;
+    if (chunks.size() > 60) chunks = chunks.substr(0, 57) + "...";
+    o += fmt::format("    {:>5} {:>6} {:>9.1f} {:>9.1f} {:>8.2f}s {:>8.2f}s  {}\n", st.stage, st.decoder_layers,
+                     gib(st.memory.total()), gib(st.memory.activations), st.breakdown.compute, st.breakdown.bubble, chunks);
+  }
+  o += fmt::format("\n  simulated {} ranks, {} tasks, {} events ({} fidelity){}\n", r.ranks_simulated, r.tasks, r.events,
+                   r.fidelity, wall_time ? fmt::format(" in {:.3f} s", r.wall_s) : std::string());
+  return o;
+}
+
+}  // namespace moesim::tools

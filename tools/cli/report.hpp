@@ -1,0 +1,17 @@
+#pragma once
+// Human-readable tables for the CLI.
+//
+//   std::cout << tools::format_result_table(sim.result, scenario, true);
+
+#include <string>
+
+#include "moesim/strategies/simulate.hpp"
+
+namespace moesim::tools {
+
+/// One line naming model, cluster and plan: "pangu-ultra-moe-718b on 6144 x ascend-910b2 ...".
+std::string format_plan_line(const strategies::Scenario& s);
+/// The result table printed by `moesim simulate`.
+std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time);
+
+}  // namespace moesim::tools

@@ -1,0 +1,238 @@
+#include "moesim/topologies/topology.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+
+#include "moesim/models/presets.hpp"
+
+namespace moesim::topologies {
+
+std::span<const EmbeddedFile> embedded_cluster_presets();
+
+std::vector<std::string> cluster_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& f : embedded_cluster_presets()) out.emplace_back(f.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+std::optional<nlohmann::json> cluster_preset(std::string_view name) {
+  for (const auto& f : embedded_cluster_presets())
+    if (f.name == name) return nlohmann::json::parse(f.text);
+  return std::nullopt;
+}
+
+std::string known_clusters() {
+  std::string s;
+  for (const auto& n : cluster_preset_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, Diagnostics& diag) {
+  ClusterSpec c;
+  ObjectReader r(j, pointer, diag);
+  if (!r.valid()) return c;
+  c.name = r.string({"name"}, "custom");
+  c.description = r.string({"description"}, "");
+  if (const auto* dev = r.get({"device"})) c.device = models::load_device(*dev, r.child_pointer("device"), diag);
+  else diag.error(r.child_pointer("device"), "", "is required (a device preset name or object)");
+  c.devices = static_cast<int>(r.required_integer({"devices"}, 1, 1 << 24));
+  c.devices_per_node = static_cast<int>(r.required_integer({"devices_per_node"}, 1, 4096));
+  if (const auto* su = r.get({"scale_up"})) {
+    ObjectReader s(*su, r.child_pointer("scale_up"), diag);
+    const std::string topo = s.string({"topology"}, "full_mesh", {"full_mesh", "switch"});
+    c.scale_up = topo == "switch" ? ScaleUpKind::Switch : ScaleUpKind::FullMesh;
+    c.scale_up_link_bandwidth = BytesPerSecond{s.required_quantity({"link_bandwidth"}, Dimension::BytesPerSecond, 1.0)};
+    c.scale_up_latency = Seconds{s.opt_quantity({"latency"}, Dimension::Seconds).value_or(0.0)};
+    c.scale_up_efficiency = s.number({"efficiency"}, 1.0, 0.01, 1.0);
+    s.finish();
+  } else {
+    diag.error(r.child_pointer("scale_up"), "", "is required ({\"topology\", \"link_bandwidth\", ...})");
+  }
+  if (const auto* so = r.get({"scale_out"})) {
+    ObjectReader s(*so, r.child_pointer("scale_out"), diag);
+    c.nic_bandwidth = BytesPerSecond{s.required_quantity({"nic_bandwidth"}, Dimension::BytesPerSecond, 1.0)};
+    c.nics_per_node = static_cast<int>(s.integer({"nics_per_node"}, c.devices_per_node, 1, 4096));
+    c.nic_latency = Seconds{s.opt_quantity({"latency"}, Dimension::Seconds).value_or(0.0)};
+    c.nic_efficiency = s.number({"efficiency"}, 1.0, 0.01, 1.0);
+    const std::string fabric = s.string({"fabric"}, "rail_optimized", {"rail_optimized", "fat_tree"});
+    c.fabric = fabric == "fat_tree" ? FabricKind::FatTree : FabricKind::RailOptimized;
+    c.nodes_per_leaf = static_cast<int>(s.integer({"nodes_per_leaf"}, 32, 1, 1 << 20));
+    c.oversubscription = s.number({"oversubscription"}, 1.0, 1.0, 1000.0);
+    s.finish();
+    if (c.devices_per_node % c.nics_per_node != 0 && c.nics_per_node % c.devices_per_node != 0)
+      diag.error(r.child_pointer("scale_out") + "/nics_per_node", std::to_string(c.nics_per_node),
+                 "must divide devices_per_node=" + std::to_string(c.devices_per_node));
+  } else {
+    diag.error(r.child_pointer("scale_out"), "", "is required ({\"nic_bandwidth\", ...})");
+  }
+  r.ignore({"source", "_source"});
+  r.finish();
+  return c;
+}
+
+}  // namespace
+
+ClusterSpec load_cluster(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag) {
+  if (!spec.is_object()) {
+    diag.error(pointer, json_brief(spec), "must be an object such as {\"preset\": \"atlas-800t-a2\", \"devices\": 6144}");
+    return ClusterSpec{};
+  }
+  nlohmann::json merged;
+  if (spec.contains("preset")) {
+    const auto& p = spec["preset"];
+    if (!p.is_string()) {
+      diag.error(pointer + "/preset", json_brief(p), "must be a cluster preset name");
+      return ClusterSpec{};
+    }
+    auto base = cluster_preset(p.get<std::string>());
+    if (!base) {
+      std::string msg = "is not a cluster preset";
+      const auto near = closest_match(p.get<std::string>(), cluster_preset_names());
+      if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
+      diag.error(pointer + "/preset", json_brief(p), msg + " Known: " + known_clusters());
+      return ClusterSpec{};
+    }
+    Diagnostics preset_diag("topologies/presets/" + p.get<std::string>() + ".json");
+    strip_sources(*base, "", preset_diag);
+    for (const auto& x : preset_diag.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+    merged = std::move(*base);
+    nlohmann::json patch = spec;
+    patch.erase("preset");
+    merged.merge_patch(patch);
+  } else {
+    merged = spec;
+  }
+  return parse_cluster(merged, pointer, diag);
+}
+
+Topology build_topology(const ClusterSpec& c) {
+  const int n_dev = c.devices;
+  const int per_node = c.devices_per_node;
+  const int nodes = c.num_nodes();
+  Graph g(static_cast<std::size_t>(n_dev));
+  for (int d = 0; d < n_dev; ++d) g[d] = VertexProps{VertexKind::Device, d / per_node, d};
+
+  auto add_pair = [&g](Vertex a, Vertex b, double bw, double lat, LinkKind kind) {
+    boost::add_edge(a, b, LinkProps{bw, lat, kind}, g);
+    boost::add_edge(b, a, LinkProps{bw, lat, kind}, g);
+  };
+
+  // Scale-up inside each server.
+  const double su_bw = c.scale_up_achieved().value();
+  const double su_lat = c.scale_up_latency.value();
+  for (int node = 0; node < nodes; ++node) {
+    const int first = node * per_node;
+    const int last = std::min(n_dev, first + per_node);
+    if (c.scale_up == ScaleUpKind::FullMesh) {
+      for (int a = first; a < last; ++a)
+        for (int b = a + 1; b < last; ++b) add_pair(a, b, su_bw, su_lat, LinkKind::ScaleUp);
+    } else {
+      const Vertex sw = boost::add_vertex(VertexProps{VertexKind::Switch, node, -1}, g);
+      for (int a = first; a < last; ++a) add_pair(a, sw, su_bw, su_lat / 2, LinkKind::ScaleUp);
+    }
+  }
+
+  // NICs: device -> NIC (internal), NIC -> leaf (uplink).
+  const int nics = c.nics_per_node;
+  const double nic_bw = c.nic_achieved().value();
+  const double nic_lat = c.nic_latency.value();
+  std::vector<Vertex> nic_vertex(static_cast<std::size_t>(nodes) * nics);
+  for (int node = 0; node < nodes; ++node)
+    for (int i = 0; i < nics; ++i)
+      nic_vertex[static_cast<std::size_t>(node) * nics + i] =
+          boost::add_vertex(VertexProps{VertexKind::Nic, node, i}, g);
+  for (int d = 0; d < n_dev; ++d) {
+    const int node = d / per_node, local = d % per_node;
+    // Devices share NICs evenly (or use several when there are more NICs than devices).
+    if (nics >= per_node) {
+      for (int i = local; i < nics; i += per_node)
+        add_pair(d, nic_vertex[static_cast<std::size_t>(node) * nics + i], 1e15, 0.0, LinkKind::Internal);
+    } else {
+      add_pair(d, nic_vertex[static_cast<std::size_t>(node) * nics + local * nics / per_node], 1e15, 0.0,
+               LinkKind::Internal);
+    }
+  }
+  // Leaves and the spine layer (one aggregated spine vertex; leaf uplinks carry the leaf's
+  // downlink capacity divided by the oversubscription ratio).
+  const int groups = (nodes + c.nodes_per_leaf - 1) / c.nodes_per_leaf;
+  const int leaves_per_group = c.fabric == FabricKind::RailOptimized ? nics : 1;
+  std::vector<Vertex> leaf(static_cast<std::size_t>(groups) * leaves_per_group);
+  for (int gi = 0; gi < groups; ++gi)
+    for (int l = 0; l < leaves_per_group; ++l)
+      leaf[static_cast<std::size_t>(gi) * leaves_per_group + l] =
+          boost::add_vertex(VertexProps{VertexKind::Switch, -1, gi * leaves_per_group + l}, g);
+  for (int node = 0; node < nodes; ++node)
+    for (int i = 0; i < nics; ++i) {
+      const int gi = node / c.nodes_per_leaf;
+      const int l = c.fabric == FabricKind::RailOptimized ? i : 0;
+      add_pair(nic_vertex[static_cast<std::size_t>(node) * nics + i], leaf[static_cast<std::size_t>(gi) * leaves_per_group + l],
+               nic_bw, nic_lat / 2, LinkKind::NicUplink);
+    }
+  if (leaf.size() > 1) {
+    const Vertex spine = boost::add_vertex(VertexProps{VertexKind::Switch, -1, -2}, g);
+    const int ports_down = c.nodes_per_leaf * (c.fabric == FabricKind::RailOptimized ? 1 : nics);
+    const double up_bw = ports_down * nic_bw / c.oversubscription;
+    for (Vertex l : leaf) add_pair(l, spine, up_bw, 0.0, LinkKind::Fabric);
+  }
+  return Topology(c, std::move(g));
+}
+
+Route Topology::route(int src, int dst) const {
+  Route r;
+  r.same_node = node_of(src) == node_of(dst);
+  if (src == dst) {
+    r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+    return r;
+  }
+  // Breadth-first search with early exit; out-edges are visited in insertion order, so the
+  // chosen path among equal-length ones is deterministic.
+  const std::size_t nv = boost::num_vertices(g_);
+  std::vector<Vertex> parent(nv, std::numeric_limits<Vertex>::max());
+  std::vector<Graph::edge_descriptor> via(nv);
+  std::deque<Vertex> queue;
+  parent[src] = static_cast<Vertex>(src);
+  queue.push_back(static_cast<Vertex>(src));
+  bool found = false;
+  while (!queue.empty() && !found) {
+    const Vertex u = queue.front();
+    queue.pop_front();
+    for (auto [e, end] = boost::out_edges(u, g_); e != end; ++e) {
+      const Vertex v = boost::target(*e, g_);
+      if (parent[v] != std::numeric_limits<Vertex>::max()) continue;
+      // Devices forward only as a first scale-up hop towards a NIC of their own server
+      // (PXN-style rail alignment): enter an intermediate device only from the source or a
+      // server switch, and leave it only to a NIC.
+      const bool v_intermediate_device = g_[v].kind == VertexKind::Device && static_cast<int>(v) != dst;
+      if (v_intermediate_device && !(static_cast<int>(u) == src || (g_[u].kind == VertexKind::Switch && g_[u].node >= 0)))
+        continue;
+      const bool u_intermediate_device = g_[u].kind == VertexKind::Device && static_cast<int>(u) != src;
+      if (u_intermediate_device && g_[v].kind != VertexKind::Nic) continue;
+      parent[v] = u;
+      via[v] = *e;
+      if (static_cast<int>(v) == dst) {
+        found = true;
+        break;
+      }
+      queue.push_back(v);
+    }
+  }
+  if (!found) return r;
+  std::vector<Hop> hops;
+  for (Vertex v = static_cast<Vertex>(dst); v != static_cast<Vertex>(src); v = parent[v])
+    hops.push_back(Hop{parent[v], v, g_[via[v]]});
+  std::reverse(hops.begin(), hops.end());
+  r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+  for (const Hop& h : hops) {
+    r.bottleneck_bandwidth = std::min(r.bottleneck_bandwidth, h.link.bandwidth);
+    r.latency += h.link.latency;
+    if (h.link.kind == LinkKind::Fabric) r.crosses_fabric = true;
+  }
+  r.hops = std::move(hops);
+  return r;
+}
+
+}  // namespace moesim::topologies
