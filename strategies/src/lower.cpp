@@ -71,8 +71,6 @@ struct Step {
   sim::LabelId label = 0;
   int dep0 = -1;  ///< earlier step of the same program, or -1: the program's input
   int dep1 = -1;
-  bool nic = false;
-  bool scaleup = false;
   double flops = 0;
 };
 
@@ -225,8 +223,6 @@ class Lowering {
       algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
     const CollectiveCost c = collective_cost(kind, bytes, sh, algo, dedup);
     st.duration = to_ticks(c.time);
-    st.nic = sh.spans_nodes();
-    st.scaleup = sh.shares_node();
     note_collective(g, kind, c, bytes, sh.size, count);
     return st;
   }
@@ -879,13 +875,10 @@ void Lowering::emit(Fidelity fid) {
         for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c]}) {
           Program merged;
           std::array<Tick, kNumCats> by_cat{};
-          std::array<bool, kNumCats> nic{}, su{};
           std::array<GroupKind, kNumCats> grp{};
           std::array<Stream, kNumCats> stream{};
           for (const Step& st : prog->steps) {
             by_cat[st.cat] += st.duration;
-            nic[st.cat] = nic[st.cat] || st.nic;
-            su[st.cat] = su[st.cat] || st.scaleup;
             grp[st.cat] = st.group;
             stream[st.cat] = st.stream;
           }
@@ -899,8 +892,6 @@ void Lowering::emit(Fidelity fid) {
             st.cat = static_cast<sim::Category>(cat);
             st.stream = stream[cat];
             st.group = grp[cat];
-            st.nic = nic[cat];
-            st.scaleup = su[cat];
             st.label = builder_.label(std::string(prog == &fwd_[stage][c] ? "F" : "B") + ".chunk" + std::to_string(c) +
                                       "." + category_names()[cat]);
             st.dep0 = last;
@@ -929,21 +920,19 @@ void Lowering::emit(Fidelity fid) {
   // Group-shared tasks (full fidelity): task per group for the current step.
   std::vector<sim::TaskId> group_task(static_cast<std::size_t>(lay_.block), sim::kNoTask);
 
+  // A task runs on its stream; a collective at full fidelity holds the streams of all its
+  // members, so it starts when the last member reaches it. Collectives do not hold link
+  // resources: exclusive first-come-first-served links would serialise what the network
+  // shares, and would break the symmetry of identical ranks. Bandwidth sharing between
+  // concurrent collectives is the flow-level network model's job.
   auto resources_for = [&](const Step& st, int stage, int local, std::vector<sim::ResourceId>& out) {
     out.clear();
     if (fid != Fidelity::Full || st.group == GroupKind::None) {
-      const SimRank& r = ranks[rank_index(stage, local)];
-      out.push_back(r.streams[static_cast<int>(st.stream)]);
-      if (st.scaleup) out.push_back(r.scaleup_port);
-      if (st.nic) out.push_back(r.nic);
+      out.push_back(ranks[rank_index(stage, local)].streams[static_cast<int>(st.stream)]);
       return;
     }
-    for (int l : lay_.members(st.group, local)) {
-      const SimRank& r = ranks[rank_index(stage, l)];
-      out.push_back(r.streams[static_cast<int>(st.stream)]);
-      if (st.scaleup) out.push_back(r.scaleup_port);
-      if (st.nic) out.push_back(r.nic);
-    }
+    for (int l : lay_.members(st.group, local))
+      out.push_back(ranks[rank_index(stage, l)].streams[static_cast<int>(st.stream)]);
   };
 
   // Instantiate one program for all ranks of a stage; returns nothing, fills step_task.

@@ -93,7 +93,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   const std::string method = r.string({"recompute_method"}, "uniform", {"uniform", "block"});
   p.recompute_method = method == "block" ? RecomputeMethod::Block : RecomputeMethod::Uniform;
   p.recompute_num_layers = static_cast<int>(r.integer({"recompute_num_layers"}, 0, 0, kMax));
-  if (const auto* mods = r.get({"recompute_modules"})) {
+  if (const auto* mods = r.get({"recompute_modules"}); mods != nullptr && !mods->is_null()) {
     p.recompute_modules = parse_recompute_modules(*mods, r.child_pointer("recompute_modules"), diag);
     if (p.recompute != Recompute::Selective)
       diag.error(r.child_pointer("recompute_modules"), json_brief(*mods), "needs recompute_granularity=\"selective\"");

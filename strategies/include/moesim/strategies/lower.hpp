@@ -10,8 +10,9 @@
 // collectives), `full` simulates every rank and runs each collective as one task that holds
 // the communication streams of all its members. `fast` also merges each (micro-batch, chunk,
 // pass) into one task per stream. Each simulated rank has streams (compute, tp, cp, ep, pp, dp)
-// and two link resources (its scale-up port and its NIC) that communication holds while it
-// transfers, so overlapped gradient traffic and expert all-to-all contend for the NIC.
+// and two link resources (its scale-up port and its NIC) that pipeline sends hold while they
+// transfer. Collectives are timed by the analytical models of collectives.hpp and hold only
+// streams: bandwidth shared between concurrent collectives belongs to the flow-level model.
 
 #include <array>
 #include <cstdint>

@@ -1,0 +1,149 @@
+// models/: presets, the Hugging Face loader, the workload generator and the compute model.
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include "moesim/models/presets.hpp"
+#include "moesim/models/workload.hpp"
+
+using namespace moesim;
+using namespace moesim::models;
+
+namespace {
+ModelSpec preset_model(const std::string& name) {
+  Diagnostics diag("test");
+  ModelSpec m = load_model(name, "/model", diag, "");
+  REQUIRE(diag.ok());
+  return m;
+}
+}  // namespace
+
+TEST_CASE("models: Llama3-70B model FLOPs per token match the hand count", "[models][flops]") {
+  // Per layer, MACs per token (h 8192, 64 heads of 128, 8 KV heads, FFN 28672), s = 4096:
+  //   q, k, v, o projections: 8192 x (8192 + 1024 + 1024 + 8192)   = 150,994,944
+  //   SwiGLU MLP:              3 x 8192 x 28672                    = 704,643,072
+  //   QK^T and AV, causal:     2 x 64 x 128 x 4096 / 2             =  33,554,432
+  //   layer total                                                  = 889,192,448
+  // 80 layers = 71,135,395,840; LM head 8192 x 128256 = 1,050,673,152;
+  // total 72,186,068,992 MACs -> x 2 FLOPs x 3 (fwd + bwd) = 433,116,413,952 FLOPs per token.
+  const Workload w = build_workload(preset_model("llama3-70b"), 4096);
+  CHECK(w.model_flops_per_token == Approx(433'116'413'952.0).epsilon(0.005));
+}
+
+TEST_CASE("models: Pangu Ultra MoE 718B model FLOPs per token match the hand count", "[models][flops]") {
+  // MLA per layer (h 7680, 128 heads, q_lora 1536, kv_lora 512, qk 128+64, v 128), MACs/token:
+  //   q_down 7680x1536 = 11,796,480; kv_down 7680x576 = 4,423,680; q_up 1536x128x192 = 37,748,736
+  //   kv_up 512x128x256 = 16,777,216; o_proj 16384x7680 = 125,829,120      -> 196,575,232
+  //   QK^T + AV causal at s = 4096: 128 x (192 + 128) x 2048                ->  83,886,080
+  // Dense MLP 3x7680x18432 = 424,673,280; MoE: router 7680x256 = 1,966,080 plus
+  //   (8 routed + 1 shared) x 3 x 7680 x 2048 = 424,673,280                 -> 426,639,360
+  // 3 dense layers x 705,134,592 + 58 MoE layers x 707,100,672 = 43,127,242,752
+  // LM head 7680 x 153600 = 1,179,648,000
+  // MTP: eh_proj 15360x7680 = 117,964,800 + MoE layer 707,100,672 + head 1,179,648,000
+  // total 46,311,604,224 MACs x 6 = 277,869,625,344 FLOPs per token.
+  const ModelSpec m = preset_model("pangu-ultra-moe-718b");
+  CHECK(m.num_layers == 61);
+  CHECK(m.num_moe_layers() == 58);
+  CHECK(m.mtp_layers == 1);
+  const Workload w = build_workload(m, 4096);
+  CHECK(w.model_flops_per_token == Approx(277'869'625'344.0).epsilon(0.005));
+}
+
+TEST_CASE("models: parameter counts of the presets match the published sizes", "[models][params]") {
+  // Published totals: Llama3-70B 70.6B, DeepSeek-V3 671B (+14B MTP), Pangu 718B, Qwen3 235B,
+  // Mixtral 8x22B 141B. Norm weights and the MTP module make small differences.
+  CHECK(build_workload(preset_model("llama3-70b"), 4096).params_total / 1e9 == Approx(70.6).epsilon(0.01));
+  CHECK(build_workload(preset_model("deepseek-v3"), 4096).params_total / 1e9 == Approx(671 + 14).epsilon(0.02));
+  CHECK(build_workload(preset_model("pangu-ultra-moe-718b"), 4096).params_total / 1e9 == Approx(718 + 12).epsilon(0.03));
+  CHECK(build_workload(preset_model("qwen3-235b-a22b"), 4096).params_total / 1e9 == Approx(235).epsilon(0.01));
+  CHECK(build_workload(preset_model("mixtral-8x22b"), 4096).params_total / 1e9 == Approx(141).epsilon(0.01));
+  // Active parameters: Pangu 39B per token (published), Qwen3 22B.
+  CHECK(build_workload(preset_model("pangu-ultra-moe-718b"), 4096).params_active_per_token / 1e9 ==
+        Approx(39 + 3).epsilon(0.05));
+}
+
+TEST_CASE("models: every preset loads and every preset number has a source", "[models][presets]") {
+  for (const auto& name : preset_names("device")) {
+    INFO(name);
+    auto j = *preset_json("device", name);
+    // Every number sits inside a {"value", "source"} object.
+    std::function<void(const nlohmann::json&, bool)> walk = [&](const nlohmann::json& x, bool sourced) {
+      if (x.is_object()) {
+        const bool s = x.contains("value") && x.contains("source");
+        for (auto it = x.begin(); it != x.end(); ++it) walk(it.value(), sourced || s);
+      } else if (x.is_array()) {
+        for (const auto& e : x) walk(e, sourced);
+      } else if (x.is_number()) {
+        CHECK(sourced);
+      }
+    };
+    walk(j, false);
+    Diagnostics diag("test");
+    const DeviceSpec d = load_device(name, "/device", diag);
+    CHECK(diag.ok());
+    CHECK(d.peak_bf16.value() > 1e14);
+    CHECK(d.hbm_capacity.value() > 30e9);
+  }
+  for (const auto& name : preset_names("model")) {
+    INFO(name);
+    const ModelSpec m = preset_model(name);
+    CHECK(m.num_layers > 0);
+    CHECK(build_workload(m, 4096).model_flops_per_token > 0);
+  }
+}
+
+TEST_CASE("models: the Hugging Face loader rejects keys it does not understand", "[models][loader]") {
+  auto j = nlohmann::json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000,
+    "rope_theta": 10000, "num_experts_per_layer_magic": 4})");
+  Diagnostics diag("config.json");
+  parse_model_config(j, "", diag);
+  REQUIRE(diag.list().size() == 1);
+  CHECK(diag.list()[0].pointer == "/num_experts_per_layer_magic");
+  // Listing it as irrelevant accepts it.
+  j["moesim_ignore_keys"] = {"num_experts_per_layer_magic"};
+  Diagnostics diag2("config.json");
+  parse_model_config(j, "", diag2);
+  CHECK(diag2.ok());
+}
+
+TEST_CASE("models: the loader understands each supported family", "[models][loader]") {
+  Diagnostics diag("t");
+  const ModelSpec q = preset_model("qwen3-235b-a22b");
+  CHECK(q.num_experts == 128);
+  CHECK(q.num_moe_layers() == 94);
+  CHECK(q.head_dim == 128);
+  const ModelSpec d = preset_model("deepseek-v3");
+  CHECK(d.attention == AttentionKind::MLA);
+  CHECK(d.num_moe_layers() == 58);
+  const ModelSpec g = preset_model("gpt3-175b");
+  CHECK(g.mlp == MlpKind::GELU);
+  CHECK(g.ffn_hidden == 49152);
+  CHECK(g.tie_embeddings);
+  const ModelSpec x = preset_model("mixtral-8x22b");
+  CHECK(x.top_k == 2);
+  CHECK(x.expert_ffn_hidden == 16384);
+}
+
+TEST_CASE("models: GEMM efficiency follows tile and wave quantisation", "[models][compute]") {
+  Diagnostics diag("t");
+  DeviceSpec d = load_device("ascend-910b2", "/d", diag);
+  d.gemm_tiles = {GemmTile{128, 256}};
+  d.gemm_k_overhead = 0;
+  const ComputeModel cm(d);
+  // 24 tiles of 128x256 fill the 24 cube cores exactly once: full efficiency.
+  CHECK(cm.gemm_efficiency(128 * 4, 256 * 6, 4096) == Approx(d.gemm_peak_efficiency));
+  // 25 tiles need two waves of 24 slots: 25 / 48 of the slots do useful work.
+  CHECK(cm.gemm_efficiency(128 * 5, 256 * 5, 4096) == Approx(d.gemm_peak_efficiency * 25.0 / 48.0));
+  // Half-filled tiles in M: 64 useful rows of 128.
+  CHECK(cm.gemm_efficiency(64 * 4, 256 * 6, 4096) == Approx(d.gemm_peak_efficiency * 0.5));
+  // A large GEMM is compute-bound: time = 2MNK / (peak x efficiency) + overhead.
+  const double m = 8192, n = 8192, k = 8192;
+  const double expect = 2 * m * n * k / (d.peak_bf16.value() * cm.gemm_efficiency(m, n, k)) + d.kernel_overhead.value();
+  CHECK(cm.gemm(m, n, k, Precision::BF16).value() == Approx(expect));
+  // A skinny GEMM is memory-bound.
+  const double bytes = (1 * 8192 + 8192 * 8192) * 2.0 + 8192 * 2.0;
+  CHECK(cm.gemm(1, 8192, 8192, Precision::BF16).value() ==
+        Approx(bytes / (d.hbm_bandwidth.value() * d.hbm_efficiency) + d.kernel_overhead.value()));
+}

@@ -1,0 +1,217 @@
+// sim/: units, strict configuration reading, the task graph and the discrete-event engine.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "moesim/sim/config.hpp"
+#include "moesim/sim/engine.hpp"
+#include "moesim/sim/units.hpp"
+
+using namespace moesim;
+using namespace moesim::sim;
+
+TEST_CASE("units: unit strings parse to SI values with their dimension", "[sim][units]") {
+  auto q = parse_quantity("200Gbps");
+  REQUIRE(q);
+  CHECK(q->dimension == Dimension::BytesPerSecond);
+  CHECK(q->value == Approx(25e9));  // 200 Gb/s = 25 GB/s
+  q = parse_quantity("56GB/s");
+  REQUIRE(q);
+  CHECK(q->value == Approx(56e9));
+  q = parse_quantity("1.5us");
+  REQUIRE(q);
+  CHECK(q->dimension == Dimension::Seconds);
+  CHECK(q->value == Approx(1.5e-6));
+  q = parse_quantity("64GiB");
+  REQUIRE(q);
+  CHECK(q->dimension == Dimension::Bytes);
+  CHECK(q->value == Approx(64.0 * 1024 * 1024 * 1024));
+  q = parse_quantity("353.8TFLOPS");
+  REQUIRE(q);
+  CHECK(q->dimension == Dimension::FlopsPerSecond);
+  CHECK(q->value == Approx(353.8e12));
+  CHECK_FALSE(parse_quantity("fast"));
+  CHECK_FALSE(parse_quantity("12 parsecs"));
+  CHECK_FALSE(parse_quantity("8GiB/s"));  // binary prefixes only for sizes
+}
+
+TEST_CASE("units: ticks are integer picoseconds", "[sim][units]") {
+  CHECK(to_ticks(Seconds{1e-6}) == 1'000'000);
+  CHECK(to_ticks(Seconds{2.5}) == 2'500'000'000'000);
+  CHECK(to_seconds(1'000'000'000'000).value() == 1.0);
+  const Seconds t = Bytes{25e9} / BytesPerSecond{25e9};
+  CHECK(t.value() == 1.0);
+}
+
+TEST_CASE("config: every problem is reported with file, JSON path, value and constraint", "[sim][config]") {
+  const auto j = nlohmann::json::parse(R"({"tp": 0, "bw": "56GB", "name": 3, "mode": "x", "extra": 1})");
+  Diagnostics diag("s.json");
+  ObjectReader r(j, "/parallelism", diag);
+  CHECK(r.integer({"tensor_model_parallel_size", "tp"}, 1, 1, 64) == 1);
+  CHECK_FALSE(r.opt_quantity({"bw"}, Dimension::BytesPerSecond));
+  r.string({"name"}, "");
+  r.string({"mode"}, "a", {"a", "b"});
+  r.finish();
+  REQUIRE(diag.list().size() == 5);
+  CHECK(diag.list()[0].to_string() == "s.json:/parallelism/tp: 0 must be between 1 and 64");
+  CHECK(diag.list()[1].to_string().find("wrong unit") != std::string::npos);
+  CHECK(diag.list()[2].to_string() == "s.json:/parallelism/name: 3 must be a string");
+  CHECK(diag.list()[3].to_string() == "s.json:/parallelism/mode: \"x\" must be one of: a, b");
+  CHECK(diag.list()[4].pointer == "/parallelism/extra");
+  CHECK_THROWS_AS(diag.throw_if_any(), ConfigError);
+}
+
+TEST_CASE("config: unknown keys suggest the closest known key", "[sim][config]") {
+  const auto j = nlohmann::json::parse(R"({"precison": "bf16"})");
+  Diagnostics diag("s.json");
+  ObjectReader r(j, "/training", diag);
+  r.string({"precision"}, "bf16");
+  r.finish();
+  REQUIRE(diag.list().size() == 1);
+  CHECK(diag.list()[0].constraint.find("did you mean \"precision\"") != std::string::npos);
+}
+
+TEST_CASE("config: --set overrides create nested keys and parse JSON values", "[sim][config]") {
+  nlohmann::json doc = nlohmann::json::parse(R"({"parallelism": {"tp": 8}})");
+  Diagnostics diag("s.json");
+  apply_override(doc, "parallelism.tp=4", diag);
+  apply_override(doc, "cluster.preset=dgx-h100", diag);
+  apply_override(doc, "parallelism.sequence_parallel=true", diag);
+  CHECK(diag.ok());
+  CHECK(doc["parallelism"]["tp"] == 4);
+  CHECK(doc["cluster"]["preset"] == "dgx-h100");
+  CHECK(doc["parallelism"]["sequence_parallel"] == true);
+  apply_override(doc, "parallelism.tp.x=1", diag);
+  apply_override(doc, "no_equals_sign", diag);
+  CHECK(diag.list().size() == 2);
+}
+
+TEST_CASE("config: sourced values are unwrapped and sources kept", "[sim][config]") {
+  nlohmann::json j = nlohmann::json::parse(R"({"a": {"value": 3, "source": "[S] datasheet"}, "b": {"value": 4}})");
+  Diagnostics diag("p.json");
+  const auto sources = strip_sources(j, "", diag);
+  CHECK(j["a"] == 3);
+  CHECK(j["b"] == 4);
+  REQUIRE(sources.size() == 1);
+  CHECK(sources[0].first == "/a");
+  REQUIRE(diag.list().size() == 1);  // "b" has no source
+  CHECK(diag.list()[0].pointer == "/b/source");
+}
+
+namespace {
+TaskGraph chain_graph(const std::vector<Tick>& durations) {
+  TaskGraphBuilder b({"c"});
+  const auto s = b.add_resource("r0/compute", 0, ResourceKind::Stream);
+  TaskId prev = kNoTask;
+  for (Tick d : durations) {
+    const TaskId t = b.add_task(d, 0, b.label("op"), 0, {s});
+    if (prev != kNoTask) b.depend(prev, t);
+    prev = t;
+  }
+  return std::move(b).build();
+}
+}  // namespace
+
+TEST_CASE("engine: a chain of tasks sums exactly", "[sim][engine]") {
+  // 3 + 5 + 7 + 11 ps = 26 ps, no rounding anywhere.
+  const TaskGraph g = chain_graph({3, 5, 7, 11});
+  const RunResult r = Engine(g).run();
+  REQUIRE(r.completed);
+  CHECK(r.makespan == 26);
+  CHECK(r.start[2] == 8);
+  CHECK(r.end[3] == 26);
+  CHECK(r.events == 4);
+}
+
+TEST_CASE("engine: two streams overlap, one stream serialises", "[sim][engine]") {
+  TaskGraphBuilder b({"compute", "comm"});
+  const auto compute = b.add_resource("r0/compute", 0, ResourceKind::Stream);
+  const auto comm = b.add_resource("r0/comm", 0, ResourceKind::Stream);
+  const TaskId a = b.add_task(100, 0, b.label("gemm"), 0, {compute});
+  const TaskId c = b.add_task(60, 1, b.label("allreduce"), 0, {comm});
+  const TaskId d = b.add_task(50, 0, b.label("gemm2"), 0, {compute});
+  b.depend(c, d);  // d needs the collective's result
+  const TaskGraph g = std::move(b).build();
+  const RunResult r = Engine(g).run();
+  CHECK(r.start[a] == 0);
+  CHECK(r.start[c] == 0);  // overlaps with a
+  CHECK(r.start[d] == 100);  // waits for a (stream order) and c (dependency)
+  CHECK(r.makespan == 150);
+}
+
+TEST_CASE("engine: ties resolve deterministically in insertion order", "[sim][engine]") {
+  // Four equal tasks on a first-come-first-served link, all ready at t=0: they run in the
+  // order they were added, every time.
+  for (int rep = 0; rep < 3; ++rep) {
+    TaskGraphBuilder b({"x"});
+    const auto link = b.add_resource("nic", 0, ResourceKind::Link);
+    std::vector<ResourceId> streams;
+    for (int i = 0; i < 4; ++i) streams.push_back(b.add_resource("s" + std::to_string(i), 0, ResourceKind::Stream));
+    for (int i = 0; i < 4; ++i) b.add_task(10, 0, b.label("t"), i, {streams[i], link});
+    const TaskGraph g = std::move(b).build();
+    const RunResult r = Engine(g).run();
+    for (int i = 0; i < 4; ++i) CHECK(r.start[i] == 10 * i);
+    CHECK(r.makespan == 40);
+  }
+}
+
+TEST_CASE("engine: a link serialises tasks of different streams; a task needs all its resources", "[sim][engine]") {
+  TaskGraphBuilder b({"x"});
+  const auto s0 = b.add_resource("a", 0, ResourceKind::Stream);
+  const auto s1 = b.add_resource("b", 1, ResourceKind::Stream);
+  const auto nic0 = b.add_resource("nic0", 0, ResourceKind::Link);
+  const auto nic1 = b.add_resource("nic1", 1, ResourceKind::Link);
+  const TaskId x = b.add_task(30, 0, b.label("x"), 0, {s0, nic0});
+  const TaskId y = b.add_task(20, 0, b.label("y"), 0, {s1, nic1});
+  const TaskId z = b.add_task(5, 0, b.label("z"), 0, {s0, nic0, nic1});  // needs both NICs
+  const TaskGraph g = std::move(b).build();
+  const RunResult r = Engine(g).run();
+  CHECK(r.start[x] == 0);
+  CHECK(r.start[y] == 0);
+  CHECK(r.start[z] == 30);  // after x frees s0 and nic0; nic1 free since 20
+  CHECK(r.makespan == 35);
+}
+
+TEST_CASE("engine: contradictory stream order and dependencies are reported, not hung", "[sim][engine]") {
+  TaskGraphBuilder b({"x"});
+  const auto s = b.add_resource("s", 0, ResourceKind::Stream);
+  const TaskId first = b.add_task(1, 0, b.label("first"), 0, {s});
+  const TaskId second = b.add_task(1, 0, b.label("second"), 0, {s});
+  b.depend(second, first);  // first must wait for second, which is behind it on the stream
+  const TaskGraph g = std::move(b).build();
+  const RunResult r = Engine(g).run();
+  CHECK_FALSE(r.completed);
+  CHECK(r.error.find("never ran") != std::string::npos);
+}
+
+TEST_CASE("engine: two engines in one process are independent", "[sim][engine]") {
+  const TaskGraph g1 = chain_graph({1, 2, 3});
+  const TaskGraph g2 = chain_graph({10, 20});
+  RunResult r1, r2;
+  std::thread t1([&] { r1 = Engine(g1).run(); });
+  std::thread t2([&] { r2 = Engine(g2).run(); });
+  t1.join();
+  t2.join();
+  CHECK(r1.makespan == 6);
+  CHECK(r2.makespan == 30);
+}
+
+TEST_CASE("engine: the critical path covers the makespan", "[sim][engine]") {
+  TaskGraphBuilder b({"x"});
+  const auto s0 = b.add_resource("a", 0, ResourceKind::Stream);
+  const auto s1 = b.add_resource("b", 0, ResourceKind::Stream);
+  const TaskId a = b.add_task(10, 0, b.label("a"), 0, {s0});
+  const TaskId c = b.add_task(4, 0, b.label("c"), 0, {s1});
+  const TaskId d = b.add_task(7, 0, b.label("d"), 0, {s1});
+  b.depend(a, d);
+  const TaskGraph g = std::move(b).build();
+  const RunResult r = Engine(g).run();
+  const auto path = critical_path(g, r);
+  REQUIRE(path.size() == 2);
+  CHECK(path[0] == a);
+  CHECK(path[1] == d);
+  (void)c;
+  Tick sum = 0;
+  for (TaskId t : path) sum += g.duration(t);
+  CHECK(sum == r.makespan);
+}

@@ -1,0 +1,234 @@
+// strategies/: collective algorithms, pipeline schedules, plan validation and the memory model.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <tuple>
+
+#include "moesim/sim/engine.hpp"
+#include "moesim/strategies/collectives.hpp"
+#include "moesim/strategies/lower.hpp"
+#include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/simulate.hpp"
+
+using namespace moesim;
+using namespace moesim::strategies;
+
+TEST_CASE("collectives: ring all-reduce is 2(p-1)/p n/B + 2(p-1) alpha", "[strategies][collectives]") {
+  GroupShape g;
+  g.size = 16;
+  g.nodes = 16;  // one rank per server: a single level over the NICs
+  g.per_node = 1;
+  g.inter_bandwidth = 25e9;
+  g.inter_latency = 5e-6;
+  const double n = 1e9;
+  const double expect = 2.0 * 15 / 16 * n / 25e9 + 2 * 15 * 5e-6;
+  const CollectiveCost c = collective_cost(Collective::AllReduce, n, g, Algorithm::Ring);
+  CHECK(c.time.value() == Approx(expect).epsilon(1e-12));
+  CHECK(c.inter_bytes == Approx(2.0 * 15 / 16 * n));
+  // Auto never does worse than ring.
+  CHECK(collective_cost(Collective::AllReduce, n, g).time.value() <= c.time.value());
+}
+
+TEST_CASE("collectives: full-mesh reduce-scatter uses every link at once", "[strategies][collectives]") {
+  GroupShape g;
+  g.size = 8;
+  g.nodes = 1;
+  g.per_node = 8;
+  g.mesh = true;
+  g.intra_bandwidth = 44.8e9;  // per link
+  g.intra_latency = 2e-6;
+  const double n = 256e6;
+  // HCCL mesh: alpha + (1/p) n beta.
+  const CollectiveCost c = collective_cost(Collective::ReduceScatter, n, g, Algorithm::Mesh);
+  CHECK(c.time.value() == Approx(2e-6 + n / 8 / 44.8e9));
+  CHECK(collective_cost(Collective::ReduceScatter, n, g).algorithm == Algorithm::Mesh);
+}
+
+TEST_CASE("collectives: hierarchical all-reduce = intra RS + inter AR on 1/k + intra AG", "[strategies][collectives]") {
+  GroupShape g;
+  g.size = 32;
+  g.nodes = 4;
+  g.per_node = 8;
+  g.mesh = true;
+  g.intra_bandwidth = 40e9;
+  g.intra_latency = 2e-6;
+  g.inter_bandwidth = 20e9;
+  g.inter_latency = 5e-6;
+  const double n = 1e9;
+  const double intra = 2e-6 + n / 8 / 40e9;                               // mesh RS (= AG)
+  const double inter_ring = 3 * 5e-6 + 0.75 * (n / 8) / 20e9;            // ring RS on n/8 over 4 servers
+  const double inter_hd = 2 * 5e-6 + 0.75 * (n / 8) / 20e9;              // halving-doubling, p = 4
+  const double expect = 2 * intra + 2 * std::min(inter_ring, inter_hd);
+  const CollectiveCost c = collective_cost(Collective::AllReduce, n, g);
+  CHECK(c.algorithm == Algorithm::Hierarchical);
+  CHECK(c.time.value() == Approx(expect));
+}
+
+TEST_CASE("collectives: hierarchical all-to-all sends fewer bytes across servers", "[strategies][collectives]") {
+  // 256 experts over 4 servers, top-8: a server holds none of a token's experts with
+  // probability prod_{i<8} (192 - i) / (256 - i) = 0.09645, so a token reaches 3.614 servers
+  // on average instead of sending 8 copies: 0.4518 of the cross-server bytes remain.
+  CHECK(alltoall_dedup_ratio(256, 8, 4) == Approx(0.4518).epsilon(1e-3));
+  CHECK(alltoall_dedup_ratio(256, 8, 1) == 1.0);
+  GroupShape g;
+  g.size = 32;
+  g.nodes = 4;
+  g.per_node = 8;
+  g.mesh = true;
+  g.intra_bandwidth = 44.8e9;
+  g.inter_bandwidth = 22.5e9;
+  const double n = 126e6;
+  const auto flat = collective_cost(Collective::AllToAll, n, g, Algorithm::Pairwise);
+  const auto hier = collective_cost(Collective::AllToAll, n, g, Algorithm::HierarchicalAllToAll, 0.4518);
+  CHECK(flat.inter_bytes == Approx(n * 24 / 32));
+  CHECK(hier.inter_bytes == Approx(n * 24 / 32 * 0.4518));
+  CHECK(hier.time.value() < flat.time.value());
+  // Pangu reports the hierarchical scheme about twice as fast across servers.
+  CHECK(flat.time.value() / hier.time.value() == Approx(2.0).epsilon(0.35));
+}
+
+TEST_CASE("schedules: every stage runs each forward and backward once, forward first", "[strategies][schedule]") {
+  for (auto [kind, v] : {std::pair{ScheduleKind::OneFOneB, 1}, std::pair{ScheduleKind::Interleaved, 2},
+                         std::pair{ScheduleKind::Interleaved, 3}}) {
+    const int p = 4, m = 8;
+    const auto orders = make_schedule(kind, p, v, m);
+    REQUIRE(orders.size() == static_cast<std::size_t>(p));
+    for (const auto& o : orders) {
+      CHECK(o.size() == static_cast<std::size_t>(2 * m * v));
+      std::set<std::tuple<int, int, int>> seen;
+      for (const auto& op : o) {
+        if (op.phase == Phase::Backward) CHECK(seen.count({0, op.microbatch, op.chunk}) == 1);
+        CHECK(seen.insert({op.phase == Phase::Forward ? 0 : 1, op.microbatch, op.chunk}).second);
+      }
+    }
+  }
+}
+
+TEST_CASE("schedules: 1F1B keeps at most p - s micro-batches in flight on stage s", "[strategies][schedule]") {
+  const int p = 8, m = 32;
+  const auto orders = make_schedule(ScheduleKind::OneFOneB, p, 1, m);
+  for (int s = 0; s < p; ++s) {
+    int alive = 0, peak = 0;
+    for (const auto& op : orders[s]) {
+      alive += op.phase == Phase::Forward ? 1 : -1;
+      peak = std::max(peak, alive);
+    }
+    CHECK(peak == p - s);
+  }
+}
+
+namespace {
+// Pipeline of p stages with equal chunks and no communication: forward tf, backward tb per
+// stage (split evenly over v chunks). Returns the bubble fraction of stage 0.
+double pipeline_bubble(ScheduleKind kind, int p, int v, int m, Tick tf, Tick tb) {
+  const auto orders = make_schedule(kind, p, v, m);
+  sim::TaskGraphBuilder b({"compute"});
+  std::vector<sim::ResourceId> streams;
+  for (int s = 0; s < p; ++s) streams.push_back(b.add_resource("s" + std::to_string(s), s, sim::ResourceKind::Stream));
+  const int V = p * v;
+  std::vector<sim::TaskId> fwd(static_cast<std::size_t>(V) * m), bwd(static_cast<std::size_t>(V) * m);
+  for (int s = 0; s < p; ++s)
+    for (const auto& op : orders[s]) {
+      const int vs = op.chunk * p + s;
+      const bool f = op.phase == Phase::Forward;
+      const sim::TaskId t = b.add_task(f ? tf / v : tb / v, 0, b.label("x"), op.microbatch, {streams[s]});
+      (f ? fwd : bwd)[static_cast<std::size_t>(vs) * m + op.microbatch] = t;
+    }
+  for (int vs = 0; vs < V; ++vs)
+    for (int mb = 0; mb < m; ++mb) {
+      const auto i = static_cast<std::size_t>(vs) * m + mb;
+      if (vs > 0) b.depend(fwd[i - m], fwd[i]);
+      if (vs + 1 < V) b.depend(bwd[i + m], bwd[i]);
+      b.depend(fwd[i], bwd[i]);
+    }
+  const sim::TaskGraph g = std::move(b).build();
+  const sim::RunResult r = sim::Engine(g).run();
+  REQUIRE(r.completed);
+  const double busy = static_cast<double>(m) * (tf + tb);
+  return 1.0 - busy / static_cast<double>(r.makespan);
+}
+}  // namespace
+
+TEST_CASE("schedules: plain 1F1B bubble is (p-1)/(m+p-1)", "[strategies][schedule]") {
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{8, 32}, std::pair{16, 64}}) {
+    INFO("p=" << p << " m=" << m);
+    const double expect = (p - 1.0) / (m + p - 1.0);
+    CHECK(pipeline_bubble(ScheduleKind::OneFOneB, p, 1, m, 1000, 2000) == Approx(expect).epsilon(0.001));
+  }
+}
+
+TEST_CASE("schedules: interleaved 1F1B bubble is (p-1)/(v m + p - 1)", "[strategies][schedule]") {
+  for (auto [p, v, m] : {std::tuple{4, 2, 8}, std::tuple{8, 2, 32}, std::tuple{4, 4, 16}}) {
+    INFO("p=" << p << " v=" << v << " m=" << m);
+    const double expect = (p - 1.0) / (v * m + p - 1.0);
+    CHECK(pipeline_bubble(ScheduleKind::Interleaved, p, v, m, 1200, 1200) == Approx(expect).epsilon(0.001));
+  }
+}
+
+namespace {
+Scenario scenario_from(const std::string& text) {
+  return load_scenario(nlohmann::json::parse(text), "test.json", "");
+}
+}  // namespace
+
+TEST_CASE("memory: a dense model with the distributed optimizer needs (6 + 12/d) bytes per parameter",
+          "[strategies][memory]") {
+  // h 1024, 4 layers, 16 heads (MHA), FFN 4096, vocab 32000, untied:
+  //   per layer 4h^2 + 3hf + 2h = 4,194,304 + 12,582,912 + 2,048 = 16,779,264
+  //   4 layers 67,117,056 + embedding 32,768,000 + LM head 32,768,000 + final norm 1,024
+  //   P = 132,654,080; with d = 8: weights 2P, FP32 gradients 4P, optimizer 12P/8.
+  const Scenario s = scenario_from(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+              "num_hidden_layers": 4, "num_attention_heads": 16, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 1024, "global_batch_size": 8},
+    "parallelism": {"tp": 1, "pp": 1, "use_distributed_optimizer": true}})");
+  const Simulation sim = simulate(s);
+  const double P = 132'654'080.0;
+  const auto& m = sim.lowered.stages[0].memory;
+  CHECK(sim.lowered.stages[0].params_dense == Approx(P));
+  CHECK(m.weights == Approx(2 * P));
+  CHECK(m.gradients == Approx(4 * P));
+  CHECK(m.optimizer == Approx(12 * P / 8));
+  CHECK(m.weights + m.gradients + m.optimizer == Approx((6 + 12.0 / 8) * P));
+  // Without the distributed optimizer every rank keeps all 12 bytes: 18 bytes per parameter.
+  const Scenario s2 = scenario_from(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+              "num_hidden_layers": 4, "num_attention_heads": 16, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 1024, "global_batch_size": 8}})");
+  const auto& m2 = simulate(s2).lowered.stages[0].memory;
+  CHECK(m2.weights + m2.gradients + m2.optimizer == Approx(18 * P));
+}
+
+TEST_CASE("plan: divisibility problems are reported together with their paths", "[strategies][plan]") {
+  try {
+    scenario_from(R"({
+      "model": "pangu-ultra-moe-718b",
+      "cluster": {"preset": "atlas-800t-a2", "devices": 6144},
+      "training": {"seq_length": 4096, "global_batch_size": 1000},
+      "parallelism": {"tp": 8, "pp": 16, "ep": 48, "sequence_parallel": true}})");
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    std::set<std::string> pointers;
+    for (const auto& d : e.diagnostics()) pointers.insert(d.pointer);
+    CHECK(pointers.count("/parallelism/expert_model_parallel_size") == 1);
+    CHECK(pointers.count("/training/global_batch_size") == 1);
+    CHECK(std::string(e.what()).find("must divide num_experts=256") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan: a Megatron command line sets the plan", "[strategies][plan]") {
+  const Scenario s = scenario_from(R"({
+    "model": "llama3-70b",
+    "cluster": {"preset": "dgx-h100", "devices": 64},
+    "training": {"seq_length": 8192, "global_batch_size": 128},
+    "parallelism": {"megatron_args": "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer --micro-batch-size 1 --recompute-granularity selective --lr 3e-4 --bf16"}})");
+  CHECK(s.plan.tp == 4);
+  CHECK(s.plan.pp == 4);
+  CHECK(s.plan.dp == 4);
+  CHECK(s.plan.sequence_parallel);
+  CHECK(s.plan.distributed_optimizer);
+  CHECK(s.plan.recompute == Recompute::Selective);
+  CHECK(s.plan.num_microbatches == 32);
+}
