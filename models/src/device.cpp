@@ -119,15 +119,16 @@ Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double bat
   return std::max(compute, memory) + d.kernel_overhead;
 }
 
-Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal, bool backward,
-                                Precision p) const {
+Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal,
+                                double bwd_factor, Precision p) const {
+  const bool backward = bwd_factor > 0;
+  if (!backward) bwd_factor = 1.0;
   if (bh <= 0 || sq <= 0 || skv <= 0) return Seconds{0};
   const DeviceSpec& d = *d_;
-  // Forward: QK^T and PV, 2 FLOPs per MAC; the causal mask halves the work. Backward of a
-  // flash kernel recomputes QK^T and computes dV, dP, dQ, dK: 2.5x the forward FLOPs.
-  double flops = 2.0 * bh * sq * skv * (d_qk + d_v);
+  // Forward: QK^T and PV, 2 FLOPs per MAC; the causal mask halves the work. `bwd_factor`
+  // scales a backward pass (2.5 for flash attention, from the workload).
+  double flops = 2.0 * bh * sq * skv * (d_qk + d_v) * bwd_factor;
   if (causal) flops *= 0.5;
-  if (backward) flops *= 2.5;
   const double eff = backward ? d.attention_bwd_efficiency : d.attention_fwd_efficiency;
   // Attention runs in 16-bit even in FP8 recipes (Transformer Engine keeps DPA in BF16).
   const Precision ap = p == Precision::FP8 ? Precision::BF16 : p;

@@ -17,6 +17,20 @@ double Op::forward_model_flops_per_token(double seq_len) const {
   return 0.0;
 }
 
+double Op::backward_data_flops_per_token(double seq_len) const {
+  if (kind == OpKind::Gemm) return 2.0 * k * n * tokens_factor * bwd_data_factor;
+  if (kind == OpKind::Attention) {
+    Op fwd = *this;
+    fwd.model_flops = true;
+    return fwd.forward_model_flops_per_token(seq_len) * bwd_data_factor;
+  }
+  return 0.0;
+}
+
+double Op::backward_weight_flops_per_token(double) const {
+  return kind == OpKind::Gemm ? 2.0 * k * n * tokens_factor * bwd_weight_factor : 0.0;
+}
+
 double Program::params() const {
   double p = 0;
   for (const Op& op : ops) p += op.params;
@@ -32,6 +46,9 @@ double Program::forward_model_flops_per_token(double seq_len) const {
 namespace {
 
 constexpr double B = kActivationBytes;
+// A flash-attention backward recomputes QK^T and computes dV, dP, dQ, dK: five matrix
+// products against the forward's two, i.e. 2.5x the forward FLOPs (Dao, FlashAttention-2).
+constexpr double kFlashBackwardFactor = 2.5;
 
 Op gemm(std::string name, Region region, Split split, double k, double n) {
   Op o;
@@ -42,6 +59,9 @@ Op gemm(std::string name, Region region, Split split, double k, double n) {
   o.k = k;
   o.n = n;
   o.params = k * n;
+  // dX = dY W^T and dW = X^T dY: each as many FLOPs as the forward product.
+  o.bwd_data_factor = 1.0;
+  o.bwd_weight_factor = 1.0;
   return o;
 }
 
@@ -52,6 +72,9 @@ Op vec(std::string name, Region region, double bytes_per_token) {
   o.region = region;
   o.bytes_per_token = bytes_per_token;
   o.model_flops = false;
+  // Read the output gradient and the saved input, write the input gradient: about twice
+  // the forward traffic of a pointwise or normalisation kernel.
+  o.bwd_data_factor = 2.0;
   return o;
 }
 
@@ -124,6 +147,7 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.kind = OpKind::Attention;
     core.region = Region::Tensor;
     core.split = Split::Column;
+    core.bwd_data_factor = kFlashBackwardFactor;
     core.heads = heads;
     core.d_qk = qk;
     core.d_v = m.v_head_dim;
@@ -146,6 +170,7 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.kind = OpKind::Attention;
     core.region = Region::Tensor;
     core.split = Split::Column;
+    core.bwd_data_factor = kFlashBackwardFactor;
     core.heads = heads;
     core.d_qk = d;
     core.d_v = d;

@@ -375,7 +375,7 @@ void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b,
         causal = false;  // banded: each query sees about `window` keys
       }
       const double bh = static_cast<double>(p_.mbs) * heads;
-      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, false, prec_);
+      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, 0.0, prec_);
       const double fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
       const int before = b.chain;
       if (p_.cp > 1) {
@@ -458,12 +458,18 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
         if (ag.duration > 0) gathered = b.add(ag, before, -1);
       }
       const double fl = 2.0 * g.m * g.n * g.k * g.batch;
-      if (!op.is_embedding) {
-        b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch), fl, label + ".dgrad"));
+      if (!op.is_embedding && op.bwd_data_factor > 0) {
+        b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch), fl * op.bwd_data_factor, label + ".dgrad"));
+        ip.bwd_flops += fl * op.bwd_data_factor;
       }
-      Step wg = compute(kCompute, cm_.gemm(g.k, g.n, g.m, prec_, g.batch), fl, label + ".wgrad");
-      b.add(wg, before, gathered);
-      ip.bwd_flops += 2 * fl;
+      if (op.bwd_weight_factor > 0) {
+        Step wg = compute(kCompute, cm_.gemm(g.k, g.n, g.m, prec_, g.batch), fl * op.bwd_weight_factor, label + ".wgrad");
+        // Autograd computes the weight gradient before it moves to the next node, so the next
+        // backward step waits for it too (`pending`); only Megatron's explicit asynchronous
+        // SP reduce-scatter overlaps it (see the TpGather backward).
+        b.pending = b.add(wg, before, gathered);
+        ip.bwd_flops += fl * op.bwd_weight_factor;
+      }
       break;
     }
     case OpKind::Attention: {
@@ -476,8 +482,8 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
         causal = false;
       }
       const double bh = static_cast<double>(p_.mbs) * heads;
-      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, true, prec_);
-      const double fl = 2.5 * 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, op.bwd_data_factor, prec_);
+      const double fl = op.bwd_data_factor * 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
       const int before = b.chain;
       if (p_.cp > 1) {
         const double kv_heads = (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) /
@@ -499,7 +505,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
       break;
     }
     case OpKind::Vector: {
-      const double bytes = 2.0 * vector_bytes(op);  // read the gradient and the saved input, write one
+      const double bytes = op.bwd_data_factor * vector_bytes(op);
       if (bytes <= 0) break;
       b.chained(compute(kCompute, cm_.memory_bound(Bytes{bytes}), 0.0, label + ".bwd"));
       break;
@@ -508,9 +514,16 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
       const std::string bl = label + ".bwd";
       switch (op.comm) {
         case Comm::TpGather:  // gradient of a gather: reduce-scatter (SP) or all-reduce
-          if (p_.tp > 1)
+          if (p_.tp > 1) {
+            // Megatron launches it asynchronously right after the data gradient and computes
+            // the weight gradient meanwhile: it does not wait for the pending weight gradient,
+            // the step after it waits for both.
+            const int wgrad = b.pending;
+            b.pending = -1;
             b.chained(collective(GroupKind::Tp, p_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
                                  op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp, bl, count));
+            b.pending = wgrad;
+          }
           break;
         case Comm::TpScatter:  // gradient of a reduce-scatter: all-gather (SP); identity otherwise
           if (p_.tp > 1 && p_.sequence_parallel)

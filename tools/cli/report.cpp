@@ -78,12 +78,27 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   o += "\n  pipeline stages\n";
   o += fmt::format("    {:>5} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "stage", "layers", "mem GiB", "act GiB", "compute",
                    "bubble", "chunks");
-  for (const auto& st : r.stages) {
+  // Long pipelines: the first stages, the stage with the most memory, and the last ones.
+  std::size_t peak = 0;
+  for (std::size_t i = 0; i < r.stages.size(); ++i)
+    if (r.stages[i].memory.total() > r.stages[peak].memory.total()) peak = i;
+  const std::size_t n = r.stages.size();
+  bool skipped = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool show = n <= 16 || i < 4 || i + 3 >= n || i == peak;
+    if (!show) {
+      if (!skipped) o += "      ...\n";
+      skipped = true;
+      continue;
+    }
+    skipped = false;
+    const auto& st = r.stages[i];
     std::string chunks;
     for (const auto& c : st.chunks) chunks += (chunks.empty() ? "" : " | ") + c;
     if (chunks.size() > 60) chunks = chunks.substr(0, 57) + "...";
-    o += fmt::format("    {:>5} {:>6} {:>9.1f} {:>9.1f} {:>8.2f}s {:>8.2f}s  {}\n", st.stage, st.decoder_layers,
-                     gib(st.memory.total()), gib(st.memory.activations), st.breakdown.compute, st.breakdown.bubble, chunks);
+    o += fmt::format("    {:>5} {:>6} {:>9.1f} {:>9.1f} {:>8.2f}s {:>8.2f}s  {}{}\n", st.stage, st.decoder_layers,
+                     gib(st.memory.total()), gib(st.memory.activations), st.breakdown.compute, st.breakdown.bubble, chunks,
+                     i == peak && n > 16 ? "  (peak memory)" : "");
   }
   o += fmt::format("\n  simulated {} ranks, {} tasks, {} events ({} fidelity){}\n", r.ranks_simulated, r.tasks, r.events,
                    r.fidelity, wall_time ? fmt::format(" in {:.3f} s", r.wall_s) : std::string());

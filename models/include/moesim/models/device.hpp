@@ -71,9 +71,10 @@ class ComputeModel {
   [[nodiscard]] Seconds gemm(double m, double n, double k, Precision p, double batch = 1) const;
   /// Fraction of peak the GEMM shape reaches (tile x wave x K term x peak fraction).
   [[nodiscard]] double gemm_efficiency(double m, double n, double k, double batch = 1) const;
-  /// Fused (flash) attention: `bh` = batch x heads, sq queries against skv keys.
+  /// Fused (flash) attention: `bh` = batch x heads, sq queries against skv keys. A backward
+  /// pass gives `bwd_factor` > 0, its FLOPs relative to the forward; 0 means forward.
   [[nodiscard]] Seconds attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal,
-                                  bool backward, Precision p) const;
+                                  double bwd_factor, Precision p) const;
   /// A memory-bound kernel moving `bytes` through HBM.
   [[nodiscard]] Seconds memory_bound(Bytes bytes) const;
   [[nodiscard]] Seconds kernel_overhead() const { return d_->kernel_overhead; }

@@ -86,11 +86,18 @@ struct Op {
   std::uint32_t saved_tag = 0;  ///< recompute modules that drop the saved bytes
   std::uint32_t rerun_tag = 0;  ///< recompute modules that re-run this operator in backward
   bool model_flops = true;  ///< counted in MFU
+  // Backward, relative to the forward: the data-gradient part (FLOPs for GEMMs and attention,
+  // HBM bytes for vector ops) and the weight-gradient part (GEMMs only).
+  double bwd_data_factor = 1.0;
+  double bwd_weight_factor = 0.0;
   bool is_embedding = false;
   bool shares_embedding = false;  ///< output layer tied to the embedding table
 
   /// Model FLOPs per token in the forward pass (MFU definition), for a sequence of length s.
   [[nodiscard]] double forward_model_flops_per_token(double seq_len) const;
+  /// Executed FLOPs per token of the backward pass: data gradient and weight gradient.
+  [[nodiscard]] double backward_data_flops_per_token(double seq_len) const;
+  [[nodiscard]] double backward_weight_flops_per_token(double seq_len) const;
 };
 
 struct Program {
