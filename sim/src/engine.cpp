@@ -66,6 +66,8 @@ class Run {
     for (std::size_t t = 0; t < n; ++t) deps_[t] = static_cast<std::uint32_t>(g.predecessors(static_cast<TaskId>(t)).size());
     state_.assign(n, kIdle);
     head_.assign(nr, 0);
+    is_link_.resize(nr);
+    for (std::size_t r = 0; r < nr; ++r) is_link_[r] = g.resource(static_cast<ResourceId>(r)).kind == ResourceKind::Link;
     link_holder_.assign(nr, kNoTask);
     wait_head_.assign(nr, kNil);
     wait_tail_.assign(nr, kNil);
@@ -99,7 +101,7 @@ class Run {
     const auto res = g_.resources_of(t);
     bool links_free = true;
     for (ResourceId r : res) {
-      if (g_.resource(r).kind == ResourceKind::Stream) {
+      if (!is_link_[r]) {
         const auto order = g_.stream_order(r);
         if (head_[r] >= order.size() || order[head_[r]] != t) return;  // not its turn yet
       } else if (link_holder_[r] != kNoTask) {
@@ -112,7 +114,7 @@ class Run {
     }
     if (state_[t] == kWaiting) dequeue_waiting(t);
     for (ResourceId r : res)
-      if (g_.resource(r).kind == ResourceKind::Link) link_holder_[r] = t;
+      if (is_link_[r]) link_holder_[r] = t;
     state_[t] = kRunning;
     r_.start[t] = now_;
     heap_.push(Event{now_ + g_.duration(t), seq_++, t});
@@ -122,7 +124,7 @@ class Run {
     state_[t] = kDone;
     r_.end[t] = now_;
     for (ResourceId r : g_.resources_of(t)) {
-      if (g_.resource(r).kind == ResourceKind::Stream) {
+      if (!is_link_[r]) {
         const auto order = g_.stream_order(r);
         ++head_[r];
         if (head_[r] < order.size()) try_start(order[head_[r]]);
@@ -150,7 +152,7 @@ class Run {
     const auto res = g_.resources_of(t);
     for (std::uint32_t i = 0; i < res.size(); ++i) {
       const ResourceId r = res[i];
-      if (g_.resource(r).kind != ResourceKind::Link) continue;
+      if (!is_link_[r]) continue;
       const std::uint32_t s = base + i;
       slot_prev_[s] = wait_tail_[r];
       slot_next_[s] = kNil;
@@ -165,7 +167,7 @@ class Run {
     const auto res = g_.resources_of(t);
     for (std::uint32_t i = 0; i < res.size(); ++i) {
       const ResourceId r = res[i];
-      if (g_.resource(r).kind != ResourceKind::Link) continue;
+      if (!is_link_[r]) continue;
       const std::uint32_t s = base + i;
       if (slot_prev_[s] != kNil) slot_next_[slot_prev_[s]] = slot_next_[s];
       else wait_head_[r] = slot_next_[s];
@@ -208,6 +210,7 @@ class Run {
   std::vector<std::uint32_t> deps_;
   std::vector<std::uint8_t> state_;
   std::vector<std::uint32_t> head_;
+  std::vector<std::uint8_t> is_link_;
   std::vector<TaskId> link_holder_;
   std::vector<std::uint32_t> wait_head_, wait_tail_;
   std::vector<std::uint32_t> slot_prev_, slot_next_;

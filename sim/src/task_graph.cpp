@@ -63,9 +63,8 @@ TaskGraph TaskGraphBuilder::build() && {
   if (g.res_offset_.empty()) g.res_offset_.push_back(0);
   const std::size_t n = g.duration_.size();
 
-  // Successor and predecessor CSR from the edge list (duplicates removed).
-  std::sort(edges_.begin(), edges_.end());
-  edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
+  // Successor and predecessor CSR from the edge list by counting (no sort: the lists keep
+  // insertion order, and a duplicate edge is harmless — it is counted and released twice).
   g.succ_offset_.assign(n + 1, 0);
   g.pred_offset_.assign(n + 1, 0);
   for (auto [a, b] : edges_) {
