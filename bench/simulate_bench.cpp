@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       double step = 0;
       for (int r = 0; r < reps; ++r) {
         const auto t0 = Clock::now();
-        const models::Workload w = models::build_workload(s.model, s.training.seq_length);
+        const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
         const topologies::Topology topo = topologies::build_topology(s.cluster);
         const Lowered low = lower(s, topo, w);
         const double tl = seconds_since(t0);

@@ -64,6 +64,10 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
   if (!r.has({"gemm_peak_efficiency"}))
     diag.error(r.child_pointer("gemm_peak_efficiency"), "", "is required (fraction of peak, 0..1)");
   d.gemm_k_overhead = r.number({"gemm_k_overhead"}, 128, 0, 1e6);
+  d.gemm_fp8_efficiency = r.number({"gemm_fp8_efficiency"}, 0.0, 0.0, 1.0);
+  if (d.gemm_fp8_efficiency > 0 && d.peak_fp8.value() <= 0)
+    diag.error(r.child_pointer("gemm_fp8_efficiency"), std::to_string(d.gemm_fp8_efficiency),
+               "needs an FP8 peak (peak_flops/fp8)");
   if (const auto* ae = r.get({"attention_efficiency"})) {
     ObjectReader a(*ae, r.child_pointer("attention_efficiency"), diag);
     d.attention_fwd_efficiency = a.number({"forward"}, 0.5, 0.01, 1.0);
@@ -89,9 +93,11 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
   return d;
 }
 
-double ComputeModel::gemm_efficiency(double m, double n, double k, double batch) const {
+double ComputeModel::gemm_efficiency(double m, double n, double k, double batch, Precision p) const {
   const DeviceSpec& d = *d_;
-  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return d.gemm_peak_efficiency;
+  const double peak_eff =
+      p == Precision::FP8 && d.gemm_fp8_efficiency > 0 ? d.gemm_fp8_efficiency : d.gemm_peak_efficiency;
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return peak_eff;
   const double units = d.compute_units;
   double best = 0.0;
   for (const GemmTile& t : d.gemm_tiles) {
@@ -104,14 +110,14 @@ double ComputeModel::gemm_efficiency(double m, double n, double k, double batch)
     best = std::max(best, util);
   }
   const double k_term = k / (k + d.gemm_k_overhead);
-  return d.gemm_peak_efficiency * best * k_term;
+  return peak_eff * best * k_term;
 }
 
 Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return Seconds{0};
   const DeviceSpec& d = *d_;
   const Flops flops{2.0 * m * n * k * batch};
-  const Seconds compute = flops / (d.peak(p) * gemm_efficiency(m, n, k, batch));
+  const Seconds compute = flops / (d.peak(p) * gemm_efficiency(m, n, k, batch, p));
   const double elem = p == Precision::FP8 ? 1.0 : 2.0;
   // Inputs read once, output written once in 16-bit (FP8 GEMMs write BF16).
   const Bytes bytes{((m * k + k * n) * elem + m * n * 2.0) * batch};

@@ -27,6 +27,7 @@ constexpr std::string_view kIgnorable[] = {
     "is_encoder_decoder", "keys_to_ignore_at_inference", "rope_interleave", "rope_type", "partial_rotary_factor",
     "first_k_dense_replace_dense_act", "generation_config", "tokenizer_class", "vision_config",
     "use_flash_attn", "attn_implementation", "residual_dropout", "use_qk_norm", "sandwich_norm_eps",
+    "norm_eps",
 };
 
 bool family_is(std::string_view arch, std::string_view model_type, std::initializer_list<std::string_view> archs,
@@ -70,16 +71,17 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
   const bool pangu = family_is(arch, model_type, {"PanguUltraMoEForCausalLM"}, "pangu_ultra_moe");
   const bool mixtral = family_is(arch, model_type, {"MixtralForCausalLM"}, "mixtral");
   const bool qwen3moe = family_is(arch, model_type, {"Qwen3MoeForCausalLM"}, "qwen3_moe");
+  const bool nemotron = family_is(arch, model_type, {"NemotronForCausalLM"}, "nemotron");
   const bool llama_like =
       family_is(arch, model_type, {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"},
                 "") ||
       model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3";
-  if (!(gpt2 || dsv3 || pangu || mixtral || qwen3moe || llama_like)) {
+  if (!(gpt2 || dsv3 || pangu || mixtral || qwen3moe || llama_like || nemotron)) {
     diag.error(r.child_pointer(arch.empty() ? "model_type" : "architectures"),
                arch.empty() ? "\"" + model_type + "\"" : "[\"" + arch + "\"]",
                "is not a supported architecture; supported: LlamaForCausalLM, MistralForCausalLM, "
                "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-               "DeepseekV3ForCausalLM, GPT2LMHeadModel, model_type pangu_ultra_moe");
+               "DeepseekV3ForCausalLM, NemotronForCausalLM, GPT2LMHeadModel, model_type pangu_ultra_moe");
     r.finish();
     return m;
   }
@@ -111,10 +113,13 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
     m.heads = static_cast<int>(r.required_integer({"num_attention_heads"}, 1, 100000));
     m.kv_heads = static_cast<int>(r.integer({"num_key_value_heads"}, m.heads, 1, 100000));
     m.tie_embeddings = r.boolean({"tie_word_embeddings"}, false);
-    // These decoders always use a gated MLP (gate, up, down); the activation only names the gate.
-    r.string({"hidden_act"}, "silu", {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"});
-    m.mlp = MlpKind::SwiGLU;
-    m.norm = NormKind::RMSNorm;
+    // Llama-family decoders always use a gated MLP (gate, up, down); the activation only
+    // names the gate. Nemotron's MLP is not gated (up, squared ReLU, down) and uses LayerNorm.
+    r.string({"hidden_act"}, nemotron ? "relu2" : "silu",
+             {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2"});
+    m.mlp = nemotron ? MlpKind::GELU : MlpKind::SwiGLU;
+    if (nemotron) m.norm = NormKind::LayerNorm;
+    if (!nemotron) m.norm = NormKind::RMSNorm;
     m.sandwich_norm = r.boolean({"sandwich_norm"}, pangu);
     if (m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads != 0)
       diag.error(r.child_pointer("num_key_value_heads"), std::to_string(m.kv_heads),

@@ -109,7 +109,15 @@ Op norm(std::string name, double width, Region region = Region::Sequence) {
   return saving(o, width * B, region == Region::Sequence ? SavedLayout::Sequence : SavedLayout::Full, 0);
 }
 
-void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+// Hidden dropout after a sub-layer's output projection: read, write, and a 1-byte mask kept for
+// backward.
+void dropout_op(std::vector<Op>& ops, const std::string& name, double h, const WorkloadOptions& opt) {
+  if (opt.dropout <= 0) return;
+  Op d = vec(name, Region::Sequence, h * (B + B + 1.0));
+  ops.push_back(saving(d, h * 1.0, SavedLayout::Sequence, 0));
+}
+
+void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, const WorkloadOptions& opt) {
   const double h = static_cast<double>(m.hidden);
   const double heads = m.heads;
   ops.push_back(norm(p + "attn_norm", h));
@@ -147,7 +155,10 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.kind = OpKind::Attention;
     core.region = Region::Tensor;
     core.split = Split::Column;
-    core.bwd_data_factor = kFlashBackwardFactor;
+    // Unfused attention keeps the probabilities: backward is dV, dP, dQ, dK (2x the forward).
+    core.bwd_data_factor = opt.attention == AttentionKernel::Flash ? kFlashBackwardFactor : 2.0;
+    core.attention_kernel = opt.attention;
+    core.attention_dropout = opt.dropout;
     core.heads = heads;
     core.d_qk = qk;
     core.d_v = m.v_head_dim;
@@ -170,7 +181,10 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.kind = OpKind::Attention;
     core.region = Region::Tensor;
     core.split = Split::Column;
-    core.bwd_data_factor = kFlashBackwardFactor;
+    // Unfused attention keeps the probabilities: backward is dV, dP, dQ, dK (2x the forward).
+    core.bwd_data_factor = opt.attention == AttentionKernel::Flash ? kFlashBackwardFactor : 2.0;
+    core.attention_kernel = opt.attention;
+    core.attention_dropout = opt.dropout;
     core.heads = heads;
     core.d_qk = d;
     core.d_v = d;
@@ -182,6 +196,7 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
   }
   ops.push_back(comm(p + "attn_scatter", Comm::TpScatter, h * B));
   if (m.sandwich_norm) ops.push_back(norm(p + "attn_post_norm", h));
+  dropout_op(ops, p + "attn_dropout", h, opt);
   ops.push_back(vec(p + "attn_residual", Region::Sequence, 3.0 * h * B));
 }
 
@@ -240,10 +255,11 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
     dense_mlp(m, ops, p + "shared_", static_cast<double>(m.shared_expert_ffn_hidden), recompute::kShared, false);
 }
 
-Program decoder_program(const ModelSpec& m, bool moe, const std::string& name, const std::string& prefix = "") {
+Program decoder_program(const ModelSpec& m, bool moe, const std::string& name, const WorkloadOptions& opt,
+                        const std::string& prefix = "") {
   Program prog;
   prog.name = name;
-  attention_block(m, prog.ops, prefix);
+  attention_block(m, prog.ops, prefix, opt);
   const double h = static_cast<double>(m.hidden);
   if (moe) {
     moe_block(m, prog.ops, prefix);
@@ -251,6 +267,7 @@ Program decoder_program(const ModelSpec& m, bool moe, const std::string& name, c
     dense_mlp(m, prog.ops, prefix, static_cast<double>(m.ffn_hidden), recompute::kMlp, true);
   }
   if (m.sandwich_norm) prog.ops.push_back(norm(prefix + "mlp_post_norm", h));
+  dropout_op(prog.ops, prefix + "mlp_dropout", h, opt);
   prog.ops.push_back(vec(prefix + "mlp_residual", Region::Sequence, 3.0 * h * B));
   return prog;
 }
@@ -285,7 +302,7 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
 
 }  // namespace
 
-Workload build_workload(const ModelSpec& m, std::int64_t seq_len) {
+Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt) {
   Workload w;
   w.seq_len = static_cast<double>(seq_len);
   const double h = static_cast<double>(m.hidden);
@@ -302,11 +319,11 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len) {
   w.programs.push_back(std::move(emb));
 
   const int dense_prog = static_cast<int>(w.programs.size());
-  w.programs.push_back(decoder_program(m, false, "dense_layer"));
+  w.programs.push_back(decoder_program(m, false, "dense_layer", opt));
   int moe_prog = -1;
   if (m.is_moe()) {
     moe_prog = static_cast<int>(w.programs.size());
-    w.programs.push_back(decoder_program(m, true, "moe_layer"));
+    w.programs.push_back(decoder_program(m, true, "moe_layer", opt));
   }
 
   Program head;
@@ -329,7 +346,7 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len) {
     mtp.ops.push_back(saving(gemm("mtp.eh_proj", Region::Sequence, Split::None, 2 * h, h), 2 * h * B,
                              SavedLayout::Sequence, recompute::kNorm));
     const bool moe_layer = m.is_moe() && !m.is_moe_layer.empty() && m.is_moe_layer.back();
-    Program layer = decoder_program(m, moe_layer, "mtp_layer", "mtp.");
+    Program layer = decoder_program(m, moe_layer, "mtp_layer", opt, "mtp.");
     for (auto& op : layer.ops) mtp.ops.push_back(std::move(op));
     head_ops(m, mtp.ops, "mtp.");
     // The MTP head shares the main output layer's weights.

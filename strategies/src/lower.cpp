@@ -254,8 +254,10 @@ class Lowering {
 
   struct Builder {
     Program& p;
-    int chain = -1;
-    int pending = -1;
+    int chain = -1;         ///< step producing the current tensor
+    int prev_chain = -1;    ///< chain before the last chained step
+    int pending = -1;       ///< extra dependency of the next chained step
+    int overlap_next = -1;  ///< communication overlapped with the next GEMM (joins after it)
     int add(Step s, int d0, int d1) {
       s.dep0 = d0;
       s.dep1 = d1;
@@ -266,10 +268,38 @@ class Lowering {
       if (s.duration == 0 && s.stream != Stream::Compute) return chain;  // nothing to wait for
       const int i = add(s, chain, pending);
       pending = -1;
+      prev_chain = chain;
       chain = i;
       return i;
     }
+    /// The next chained step also waits for `step` (a zero-length join when two are pending).
+    void join(int step) {
+      if (step < 0) return;
+      if (pending < 0) {
+        pending = step;
+        return;
+      }
+      Step j;
+      j.label = p.steps[step].label;
+      pending = add(j, pending, step);
+    }
+    /// An overlapped collective not consumed by a GEMM is simply waited for.
+    void flush_overlap() {
+      join(overlap_next);
+      overlap_next = -1;
+    }
   };
+
+  void emit_attention(const Op& op, const std::string& label, Builder& b, bool backward, sim::Category cat,
+                      ItemProgram& ip, int count);
+  /// A tensor-parallel collective; with `tp_comm_overlap` it runs beside the neighbouring GEMM.
+  void emit_tp(Builder& b, Collective kind, double bytes, const std::string& label, int count, bool before_gemm);
+  [[nodiscard]] Seconds fp8_cast(double elements) const {
+    // Transformer Engine casts (and transposes) each FP8 GEMM operand: read BF16, write FP8
+    // twice (row and column layouts): about 4 bytes per element.
+    return prec_ == models::Precision::FP8 ? cm_.memory_bound(Bytes{4.0 * elements}) - cm_.kernel_overhead()
+                                           : Seconds{0};
+  }
 
   ItemProgram build_item(const models::PipelineItem& item, bool full_recompute, int uniform_group, int mb_count);
   void emit_forward_op(const Op& op, const std::string& pre, Builder& b, bool recompute, ItemProgram& ip, int count);
@@ -359,63 +389,40 @@ void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b,
   switch (op.kind) {
     case OpKind::Gemm: {
       const GemmShape g = gemm_shape(op);
-      const Seconds t = cm_.gemm(g.m, g.n, g.k, prec_, g.batch);
+      const Seconds t = cm_.gemm(g.m, g.n, g.k, prec_, g.batch) + fp8_cast(g.m * g.k * g.batch);
       const double fl = 2.0 * g.m * g.n * g.k * g.batch;
       b.chained(compute(ccat, t, fl, label));
+      if (b.overlap_next >= 0) {  // the gather feeding this GEMM ran beside it
+        b.join(b.overlap_next);
+        b.overlap_next = -1;
+      }
       ip.fwd_flops += recompute ? 0 : fl;
       break;
     }
     case OpKind::Attention: {
-      const double heads = op.heads / p_.tp;
-      const double sq = static_cast<double>(s_.training.seq_length) / p_.cp;
-      double skv = static_cast<double>(s_.training.seq_length);
-      bool causal = op.causal;
-      if (op.window > 0 && op.window < skv) {
-        skv = op.window;
-        causal = false;  // banded: each query sees about `window` keys
-      }
-      const double bh = static_cast<double>(p_.mbs) * heads;
-      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, 0.0, prec_);
-      const double fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
-      const int before = b.chain;
-      if (p_.cp > 1) {
-        // Ring attention: K and V blocks travel around the CP ring while blocks are computed.
-        const double kv_heads = (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) /
-                                static_cast<double>(p_.tp);
-        const double block = p_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
-        Step c = collective(GroupKind::Cp, Collective::AllGather, block * p_.cp, kCpComm, Stream::Cp, label + ".kv_ring",
-                            recompute ? 0 : count);
-        if (c.duration > 0) {
-          const int ci = b.add(c, before, -1);
-          b.chained(compute(ccat, t, fl, label));
-          b.pending = ci;
-        } else {
-          b.chained(compute(ccat, t, fl, label));
-        }
-      } else {
-        b.chained(compute(ccat, t, fl, label));
-      }
-      ip.fwd_flops += recompute ? 0 : fl;
+      b.flush_overlap();
+      emit_attention(op, label, b, false, ccat, ip, recompute ? 0 : count);
       break;
     }
     case OpKind::Vector: {
+      b.flush_overlap();
       const double bytes = vector_bytes(op);
       if (bytes <= 0) break;
       b.chained(compute(ccat, cm_.memory_bound(Bytes{bytes}), 0.0, label));
       break;
     }
     case OpKind::Comm: {
-      const int cnt = recompute ? count : count;
+      const int cnt = count;
+      if (op.comm != Comm::TpGather) b.flush_overlap();
       switch (op.comm) {
         case Comm::TpGather:
           if (p_.tp > 1 && p_.sequence_parallel)
-            b.chained(collective(GroupKind::Tp, Collective::AllGather, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
-                                 label, cnt));
+            emit_tp(b, Collective::AllGather, op.bytes_per_token * tok_.Tc, label, cnt, true);
           break;
         case Comm::TpScatter:
           if (p_.tp > 1)
-            b.chained(collective(GroupKind::Tp, p_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
-                                 op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp, label, cnt));
+            emit_tp(b, p_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
+                    op.bytes_per_token * tok_.Tc, label, cnt, false);
           break;
         case Comm::TpReduceSmall:
           if (p_.tp > 1)
@@ -457,9 +464,14 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
                              Stream::Tp, label + ".regather", count);
         if (ag.duration > 0) gathered = b.add(ag, before, -1);
       }
+      // With tp_comm_overlap the gather of the output gradient runs beside the data gradient.
+      const int overlapped = b.overlap_next;
+      b.overlap_next = -1;
+      if (gathered < 0) gathered = overlapped;
       const double fl = 2.0 * g.m * g.n * g.k * g.batch;
       if (!op.is_embedding && op.bwd_data_factor > 0) {
-        b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch), fl * op.bwd_data_factor, label + ".dgrad"));
+        b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch) + fp8_cast(g.m * g.n * g.batch),
+                          fl * op.bwd_data_factor, label + ".dgrad"));
         ip.bwd_flops += fl * op.bwd_data_factor;
       }
       if (op.bwd_weight_factor > 0) {
@@ -467,44 +479,19 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
         // Autograd computes the weight gradient before it moves to the next node, so the next
         // backward step waits for it too (`pending`); only Megatron's explicit asynchronous
         // SP reduce-scatter overlaps it (see the TpGather backward).
-        b.pending = b.add(wg, before, gathered);
+        b.join(b.add(wg, before, gathered));
         ip.bwd_flops += fl * op.bwd_weight_factor;
       }
+      if (overlapped >= 0 && gathered != overlapped) b.join(overlapped);
       break;
     }
     case OpKind::Attention: {
-      const double heads = op.heads / p_.tp;
-      const double sq = static_cast<double>(s_.training.seq_length) / p_.cp;
-      double skv = static_cast<double>(s_.training.seq_length);
-      bool causal = op.causal;
-      if (op.window > 0 && op.window < skv) {
-        skv = op.window;
-        causal = false;
-      }
-      const double bh = static_cast<double>(p_.mbs) * heads;
-      const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, op.bwd_data_factor, prec_);
-      const double fl = op.bwd_data_factor * 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
-      const int before = b.chain;
-      if (p_.cp > 1) {
-        const double kv_heads = (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) /
-                                static_cast<double>(p_.tp);
-        const double block = p_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
-        // K/V again plus their gradients travelling back.
-        Step c = collective(GroupKind::Cp, Collective::AllGather, 2 * block * p_.cp, kCpComm, Stream::Cp,
-                            label + ".bwd.kv_ring", count);
-        if (c.duration > 0) {
-          const int ci = b.add(c, before, -1);
-          b.chained(compute(kCompute, t, fl, label + ".bwd"));
-          b.pending = ci;
-          ip.bwd_flops += fl;
-          break;
-        }
-      }
-      b.chained(compute(kCompute, t, fl, label + ".bwd"));
-      ip.bwd_flops += fl;
+      b.flush_overlap();
+      emit_attention(op, label, b, true, kCompute, ip, count);
       break;
     }
     case OpKind::Vector: {
+      b.flush_overlap();
       const double bytes = op.bwd_data_factor * vector_bytes(op);
       if (bytes <= 0) break;
       b.chained(compute(kCompute, cm_.memory_bound(Bytes{bytes}), 0.0, label + ".bwd"));
@@ -527,8 +514,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
           break;
         case Comm::TpScatter:  // gradient of a reduce-scatter: all-gather (SP); identity otherwise
           if (p_.tp > 1 && p_.sequence_parallel)
-            b.chained(collective(GroupKind::Tp, Collective::AllGather, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
-                                 bl, count));
+            emit_tp(b, Collective::AllGather, op.bytes_per_token * tok_.Tc, bl, count, true);
           break;
         case Comm::TpReduceSmall: break;
         case Comm::EpDispatch:
@@ -552,6 +538,87 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
   }
 }
 
+void Lowering::emit_tp(Builder& b, Collective kind, double bytes, const std::string& label, int count,
+                       bool before_gemm) {
+  Step c = collective(GroupKind::Tp, kind, bytes, kTpComm, Stream::Tp, label, count);
+  if (c.duration == 0) return;
+  if (!p_.tp_comm_overlap) {
+    b.chained(c);
+    return;
+  }
+  if (before_gemm) {
+    // Gather chunks stream into the GEMM that consumes them: the GEMM does not wait for the
+    // whole gather; whatever follows the GEMM waits for both.
+    b.overlap_next = b.add(c, b.chain, -1);
+  } else {
+    // Reduce-scatter of the GEMM's output chunks as they are produced: starts with the GEMM.
+    b.join(b.add(c, b.prev_chain, -1));
+  }
+}
+
+void Lowering::emit_attention(const Op& op, const std::string& label, Builder& b, bool backward, sim::Category cat,
+                              ItemProgram& ip, int count) {
+  const double heads = op.heads / p_.tp;
+  const double sq = static_cast<double>(s_.training.seq_length) / p_.cp;
+  double skv = static_cast<double>(s_.training.seq_length);
+  bool causal = op.causal;
+  if (op.window > 0 && op.window < skv) {
+    skv = op.window;
+    causal = false;  // banded: each query sees about `window` keys
+  }
+  const double bh = static_cast<double>(p_.mbs) * heads;
+  const std::string lbl = backward ? label + ".bwd" : label;
+  const int before = b.chain;
+  // Context parallelism: K/V blocks travel around the CP ring while blocks are computed (and
+  // their gradients travel back in backward).
+  int ring = -1;
+  if (p_.cp > 1) {
+    const double kv_heads =
+        (m_.attention == models::AttentionKind::MLA ? op.heads : m_.kv_heads) / static_cast<double>(p_.tp);
+    const double block = p_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
+    Step c = collective(GroupKind::Cp, Collective::AllGather, (backward ? 2 : 1) * block * p_.cp, kCpComm, Stream::Cp,
+                        lbl + ".kv_ring", count);
+    if (c.duration > 0) ring = b.add(c, before, -1);
+  }
+  // Attention math runs in 16-bit even in FP8 recipes (Transformer Engine keeps it in BF16).
+  const models::Precision ap = prec_ == models::Precision::FP8 ? models::Precision::BF16 : prec_;
+  if (op.attention_kernel == models::AttentionKernel::Flash) {
+    const double fwd_fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+    const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
+    const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, backward ? op.bwd_data_factor : 0.0, prec_);
+    b.chained(compute(cat, t, fl, lbl));
+    (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
+  } else {
+    // Unfused (Megatron before flash attention): batched GEMMs over the full s x s scores, a
+    // fused scale-mask-softmax and dropout that stream the scores through HBM.
+    const double elems = bh * sq * skv;
+    const double drop = op.attention_dropout > 0 ? 1.0 : 0.0;
+    double fl = 0;
+    auto gemm = [&](double m, double n, double k, const char* name) {
+      fl += 2.0 * m * n * k * bh;
+      b.chained(compute(cat, cm_.gemm(m, n, k, ap, bh), 2.0 * m * n * k * bh, lbl + name));
+    };
+    auto stream = [&](double bytes_per_elem, const char* name) {
+      b.chained(compute(cat, cm_.memory_bound(Bytes{elems * bytes_per_elem}), 0.0, lbl + name));
+    };
+    if (!backward) {
+      gemm(sq, skv, op.d_qk, ".qk");
+      stream(4.0, ".softmax");                 // read scores, write probabilities
+      if (drop > 0) stream(5.0, ".dropout");   // read, write, 1-byte mask
+      gemm(sq, op.d_v, skv, ".av");
+    } else {
+      gemm(sq, skv, op.d_v, ".dp");            // dP = dO V^T
+      gemm(skv, op.d_v, sq, ".dv");            // dV = P^T dO
+      if (drop > 0) stream(5.0, ".dropout");
+      stream(6.0, ".softmax");                 // read P and dP, write dS
+      gemm(sq, op.d_qk, skv, ".dq");           // dQ = dS K
+      gemm(skv, op.d_qk, sq, ".dk");           // dK = dS^T Q
+    }
+    (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
+  }
+  b.join(ring);
+}
+
 Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, bool full_recompute, int uniform_group,
                                            int mb_count) {
   ItemProgram ip;
@@ -565,6 +632,13 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
   {
     Builder b{ip.fwd};
     for (const Op& op : prog.ops) emit_forward_op(op, pre, b, false, ip, fwd_count);
+    b.flush_overlap();
+    if (b.pending >= 0) {
+      Step end;
+      end.label = builder_.label(pre + "end");
+      b.chain = b.add(end, b.chain, b.pending);
+      b.pending = -1;
+    }
     ip.fwd.chain_end = b.chain;
   }
   // Backward: re-run what recomputation dropped, then the gradients in reverse.
@@ -575,7 +649,15 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
       const bool rerun = full || (decoder && (op.rerun_tag & modules) != 0);
       if (rerun) emit_forward_op(op, pre, b, true, ip, mb_count);
     }
+    b.flush_overlap();
     for (auto it = prog.ops.rbegin(); it != prog.ops.rend(); ++it) emit_backward_op(*it, pre, b, ip, mb_count);
+    b.flush_overlap();
+    if (b.pending >= 0) {  // a last weight gradient: the item ends when it is done
+      Step end;
+      end.label = builder_.label(pre + "end");
+      b.chain = b.add(end, b.chain, b.pending);
+      b.pending = -1;
+    }
     ip.bwd.chain_end = b.chain;
   }
   // Memory: activations kept for backward and the largest working buffer.
@@ -584,6 +666,17 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
     ip.act_bytes_full += bytes;
     const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);
     if (!dropped) ip.act_bytes += bytes;
+    if (op.kind == OpKind::Attention && op.attention_kernel == models::AttentionKernel::Unfused) {
+      // The s x s probabilities (2 bytes), and with dropout its mask (1) and output (2), per
+      // head: Korthikanti et al.'s 5as^2b. Recomputing core attention drops them.
+      const double seq = static_cast<double>(s_.training.seq_length);
+      const double scores = p_.mbs * (op.heads / p_.tp) * (seq / p_.cp) * seq;
+      const double sb = scores * (op.attention_dropout > 0 ? 5.0 : 2.0);
+      ip.act_bytes_full += sb;
+      const bool gone = full_recompute || (modules & models::recompute::kCoreAttn) != 0;
+      if (!gone) ip.act_bytes += sb;
+      ip.transient = std::max(ip.transient, 2.0 * scores * 2.0);
+    }
     double out_bytes = 0;
     if (op.kind == OpKind::Gemm) {
       const GemmShape g = gemm_shape(op);

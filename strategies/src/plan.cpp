@@ -78,8 +78,11 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.moe_tp_extend_ep = r.boolean({"moe_tp_extend_ep"}, false);
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
+  p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
+  if (p.tp_comm_overlap && !p.sequence_parallel)
+    diag.error(r.child_pointer("tp_comm_overlap"), "true", "requires sequence_parallel=true (as in Megatron-core)");
   {
     const nlohmann::json* g = r.get({"recompute_granularity"});
     if (g != nullptr && !g->is_null()) {
@@ -145,6 +148,9 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   t.global_batch_size = r.required_integer({"global_batch_size", "gbs"}, 1, 1LL << 40);
   const std::string prec = r.string({"precision"}, "bf16", {"bf16", "fp16", "fp8"});
   t.precision = prec == "fp8" ? models::Precision::FP8 : prec == "fp16" ? models::Precision::FP16 : models::Precision::BF16;
+  const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "unfused"});
+  t.workload.attention = kernel == "unfused" ? models::AttentionKernel::Unfused : models::AttentionKernel::Flash;
+  t.workload.dropout = r.number({"dropout"}, 0.0, 0.0, 0.99);
   r.finish();
 }
 
@@ -226,7 +232,7 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
       if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
       else par[key] = as_json(value);
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
-               key == "overlap_param_gather" || key == "moe_tp_extend_ep") {
+               key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
     } else if (key == "recompute_modules") {
       nlohmann::json mods = nlohmann::json::array();

@@ -143,7 +143,7 @@ Simulation simulate(const Scenario& s) {
   const auto t0 = std::chrono::steady_clock::now();
   Simulation out;
   Result& r = out.result;
-  const models::Workload w = models::build_workload(s.model, s.training.seq_length);
+  const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
   const topologies::Topology topo = topologies::build_topology(s.cluster);
   out.lowered = lower(s, topo, w);
   const Lowered& low = out.lowered;

@@ -41,6 +41,7 @@ struct DeviceSpec {
   int compute_units = 1;
   std::vector<GemmTile> gemm_tiles;
   double gemm_peak_efficiency = 0.8;
+  double gemm_fp8_efficiency = 0.0;  ///< sustained fraction of the FP8 peak; 0: as BF16
   double gemm_k_overhead = 128;  ///< elements
   double attention_fwd_efficiency = 0.5;
   double attention_bwd_efficiency = 0.4;
@@ -70,7 +71,8 @@ class ComputeModel {
   /// groups). Includes one kernel overhead.
   [[nodiscard]] Seconds gemm(double m, double n, double k, Precision p, double batch = 1) const;
   /// Fraction of peak the GEMM shape reaches (tile x wave x K term x peak fraction).
-  [[nodiscard]] double gemm_efficiency(double m, double n, double k, double batch = 1) const;
+  [[nodiscard]] double gemm_efficiency(double m, double n, double k, double batch = 1,
+                                       Precision p = Precision::BF16) const;
   /// Fused (flash) attention: `bh` = batch x heads, sq queries against skv keys. A backward
   /// pass gives `bwd_factor` > 0, its FLOPs relative to the forward; 0 means forward.
   [[nodiscard]] Seconds attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal,

@@ -7,7 +7,8 @@
 //   m.is_moe_layer[3];   // true for DeepSeek-V3 (first_k_dense_replace = 3)
 //
 // Understood: architectures LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GPT2LMHeadModel
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM,
+// NemotronForCausalLM, GPT2LMHeadModel
 // and model_type pangu_ultra_moe. Metadata keys (rope_theta, token ids, ...) are accepted and
 // ignored; any other unknown key is an error, because it might change the FLOPs or the bytes.
 // List keys that do not matter in "moesim_ignore_keys" to accept them.
@@ -23,7 +24,7 @@
 namespace moesim::models {
 
 enum class AttentionKind : std::uint8_t { GQA, MLA };  ///< GQA covers MHA (kv_heads == heads)
-enum class MlpKind : std::uint8_t { SwiGLU, GELU };
+enum class MlpKind : std::uint8_t { SwiGLU, GELU };  ///< gated (3 matrices) / plain (2 matrices: GELU, ReLU^2)
 enum class NormKind : std::uint8_t { RMSNorm, LayerNorm };
 
 struct ModelSpec {

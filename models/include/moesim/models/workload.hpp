@@ -24,6 +24,12 @@ namespace moesim::models {
 
 enum class OpKind : std::uint8_t { Gemm, Attention, Vector, Comm };
 
+/// How attention scores are computed: a fused flash kernel (no s x s matrix in memory), or
+/// the pre-2023 Megatron path (batched QK^T GEMM, fused scale-mask-softmax, dropout, batched
+/// AV GEMM) that writes the s x s scores to HBM.
+enum class AttentionKernel : std::uint8_t { Flash, Unfused };
+
+
 enum class Region : std::uint8_t {
   Sequence,  ///< the rank's sequence shard (tokens / TP with sequence parallelism); weights replicated
   Tensor,    ///< all tokens of the TP group; weights (heads, hidden columns) split by TP
@@ -77,6 +83,8 @@ struct Op {
   double d_v = 0;
   bool causal = true;
   double window = 0;  ///< sliding window in tokens; 0: full
+  AttentionKernel attention_kernel = AttentionKernel::Flash;
+  double attention_dropout = 0.0;
   // Vector ops: HBM bytes moved per token (forward). Comm ops: buffer bytes per token.
   double bytes_per_token = 0;
   // Parameters and activations.
@@ -126,6 +134,11 @@ struct Workload {
 
 inline constexpr double kActivationBytes = 2.0;  ///< BF16/FP16 activations
 
-Workload build_workload(const ModelSpec& m, std::int64_t seq_len);
+struct WorkloadOptions {
+  double dropout = 0.0;  ///< hidden and attention dropout probability (0: no dropout kernels)
+  AttentionKernel attention = AttentionKernel::Flash;
+};
+
+Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt = {});
 
 }  // namespace moesim::models

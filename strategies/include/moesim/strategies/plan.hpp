@@ -19,6 +19,7 @@
 
 #include "moesim/models/device.hpp"
 #include "moesim/models/model_spec.hpp"
+#include "moesim/models/workload.hpp"
 #include "moesim/sim/config.hpp"
 #include "moesim/topologies/topology.hpp"
 
@@ -51,6 +52,10 @@ struct Plan {
   std::uint32_t recompute_modules = 0;  ///< selective: models::recompute bit set
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  /// Tensor-parallel communication overlapped with the GEMM it feeds or drains (Megatron-core /
+  /// Transformer Engine `--tp-comm-overlap` userbuffers, Ascend MC2): chunked, so the pair takes
+  /// about the longer of the two.
+  bool tp_comm_overlap = false;
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.
@@ -72,6 +77,7 @@ struct TrainingSpec {
   std::int64_t seq_length = 4096;
   std::int64_t global_batch_size = 1;
   models::Precision precision = models::Precision::BF16;
+  models::WorkloadOptions workload;  ///< attention kernel, dropout
   [[nodiscard]] double tokens_per_step() const {
     return static_cast<double>(seq_length) * static_cast<double>(global_batch_size);
   }
