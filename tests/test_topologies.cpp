@@ -18,11 +18,11 @@ Topology make(const std::string& preset, int devices) {
 
 TEST_CASE("topologies: Atlas 800T A2 servers are HCCS full meshes", "[topologies]") {
   const Topology t = make("atlas-800t-a2", 64);
-  // Two NPUs of one server: one direct HCCS link (56 GB/s x 0.8 achieved).
+  // Two NPUs of one server: one direct HCCS link (28 GB/s per direction x 0.6 achieved).
   const Route r = t.route(0, 7);
   REQUIRE(r.hops.size() == 1);
   CHECK(r.same_node);
-  CHECK(r.bottleneck_bandwidth == Approx(56e9 * 0.8));
+  CHECK(r.bottleneck_bandwidth == Approx(28e9 * 0.6));
   CHECK(r.latency == Approx(2e-6));
 }
 

@@ -1076,7 +1076,8 @@ void Lowering::emit(Fidelity fid) {
   // stage, split into buckets; returns the tasks created for each rank of the stage.
   auto emit_dp = [&](int stage, double params_dense, double params_expert, bool gather, const std::string& label) {
     std::vector<std::vector<sim::TaskId>> created(per_stage);
-    const double bytes_per_param = gather ? 2.0 : 4.0;  // BF16 parameters / FP32 gradients
+    // BF16 parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
+    const double bytes_per_param = gather ? 2.0 : (p_.grad_reduce_in_bf16 ? 2.0 : 4.0);
     const Collective op = gather ? Collective::AllGather : (distopt ? Collective::ReduceScatter : Collective::AllReduce);
     for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
       if (params <= 0 || shape(g).size <= 1) continue;

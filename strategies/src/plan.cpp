@@ -79,6 +79,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
+  p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
   if (p.tp_comm_overlap && !p.sequence_parallel)
@@ -232,7 +233,8 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
       if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
       else par[key] = as_json(value);
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
-               key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap") {
+               key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
+               key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
     } else if (key == "recompute_modules") {
       nlohmann::json mods = nlohmann::json::array();
@@ -367,10 +369,12 @@ void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, c
                             " virtual stages does not divide" +
                             (p.first_stage_layers >= 0 || p.last_stage_layers >= 0 ? " after the first/last stage counts" : "") +
                             "; use pipeline_layer_partition \"auto\" or give decoder_first/last_pipeline_num_layers");
-  } else if (slots < vs) {
+  } else if (slots + 2 < vs) {
+    // The automatic partition may leave the first and last virtual stages with only the
+    // embedding or the loss (Megatron's account_for_embedding/loss_in_pipeline_split).
     diag.error(P + "/pipeline_model_parallel_size", std::to_string(p.pp),
                "x vpp=" + std::to_string(p.vpp) + " gives " + std::to_string(vs) + " virtual stages, more than the " +
-                   std::to_string(m.num_layers) + " layers");
+                   std::to_string(m.num_layers) + " layers plus the embedding and loss stages");
   }
 }
 

@@ -2,6 +2,7 @@
 //
 //   moesim simulate SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--fidelity F]
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
+//   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
 //   moesim presets  [models|devices|clusters]
 //
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
@@ -19,6 +20,7 @@
 #include "moesim/strategies/plan.hpp"
 #include "moesim/strategies/simulate.hpp"
 #include "report.hpp"
+#include "validate.hpp"
 
 namespace {
 
@@ -67,6 +69,42 @@ int cmd_check(const std::string& path, const std::vector<std::string>& sets) {
   return 0;
 }
 
+int cmd_validate(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
+                 const std::string& out_md, const std::string& out_json, const std::string& only,
+                 const std::string& fidelity, bool progress) {
+  Diagnostics diag(path);
+  auto cases = read_json_file(path, diag);
+  diag.throw_if_any();
+  tools::ValidateOptions opt;
+  opt.overrides = sets;
+  opt.progress = progress;
+  if (!fidelity.empty()) opt.fidelity = *strategies::parse_fidelity(fidelity);
+  for (std::size_t start = 0; start < only.size();) {
+    const auto comma = only.find(',', start);
+    opt.only.push_back(only.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const tools::ValidationReport rep = tools::validate(*cases, path, opt);
+  const std::string md = tools::to_markdown(rep);
+  const std::string js = tools::to_json(rep).dump(2);
+  auto write = [](const std::string& file, const std::string& text) {
+    std::ofstream f(file);
+    if (!f) throw ConfigError({Diagnostic{file, "", "", "cannot be written"}});
+    f << text << "\n";
+  };
+  if (!out_md.empty()) write(out_md, md);
+  if (!out_json.empty()) write(out_json, js);
+  std::cout << (format == "json" ? js + "\n" : md);
+  for (const auto& c : rep.cases)
+    if (c.status == "error") std::cerr << "moesim validate: case " << c.id << ": " << c.reason << "\n";
+  if (rep.all.n == 0) {
+    std::cerr << "moesim validate: no case ran\n";
+    return 2;
+  }
+  return 0;
+}
+
 int cmd_presets(const std::string& which) {
   auto print = [](const char* title, const std::vector<std::string>& names) {
     std::cout << title << ":\n";
@@ -102,6 +140,19 @@ int main(int argc, char** argv) {
   check->add_option("SCENARIO", scenario, "scenario JSON file, or - for standard input")->required();
   check->add_option("--set", sets, "override a scenario key by its dotted path");
 
+  std::string out_md, out_json, only;
+  bool progress = false;
+  auto* val = app.add_subcommand("validate", "compare moesim with measured training runs (calibration_cases.json format)");
+  val->add_option("CASES", scenario, "cases JSON file")->required();
+  val->add_option("--set", sets, "override a key in every case's scenario");
+  val->add_option("--format", format, "output format")->check(CLI::IsMember({"table", "markdown", "json"}));
+  val->add_option("--out", out_md, "also write the Markdown report to this file");
+  val->add_option("--json", out_json, "also write the JSON report to this file");
+  val->add_option("--only", only, "comma-separated case ids to run");
+  val->add_option("--fidelity", fidelity, "fast | balanced (default) | full")
+      ->check(CLI::IsMember({"fast", "balanced", "full"}));
+  val->add_flag("--progress", progress, "print one line per case on stderr");
+
   auto* presets = app.add_subcommand("presets", "list the built-in models, devices and clusters");
   presets->add_option("WHICH", which, "models | devices | clusters")->check(CLI::IsMember({"models", "devices", "clusters"}));
 
@@ -114,6 +165,7 @@ int main(int argc, char** argv) {
   try {
     if (*sim) return cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time);
     if (*check) return cmd_check(scenario, sets);
+    if (*val) return cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
     if (*presets) return cmd_presets(which);
   } catch (const ConfigError& e) {
     return print_config_error(e);

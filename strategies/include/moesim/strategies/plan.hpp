@@ -56,6 +56,8 @@ struct Plan {
   /// Transformer Engine `--tp-comm-overlap` userbuffers, Ascend MC2): chunked, so the pair takes
   /// about the longer of the two.
   bool tp_comm_overlap = false;
+  /// Megatron reduces BF16 gradients in FP32 unless --grad-reduce-in-bf16.
+  bool grad_reduce_in_bf16 = false;
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.

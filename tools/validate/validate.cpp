@@ -1,0 +1,663 @@
+#include "validate.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "moesim/strategies/simulate.hpp"
+
+namespace moesim::tools {
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool has(const std::string& text, const char* word) { return lower(text).find(lower(word)) != std::string::npos; }
+
+std::string text_of(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::optional<double> number_of(const json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::optional<int> int_of(const json& j, const char* key) {
+  auto v = number_of(j, key);
+  if (!v || *v != std::floor(*v)) return std::nullopt;
+  return static_cast<int>(*v);
+}
+
+/// "name 123" or "name=123" in free text.
+std::optional<int> find_int_after(const std::string& text, const std::string& name) {
+  const std::regex re(name + R"([ =:]*(\d+))", std::regex::icase);
+  std::smatch m;
+  if (std::regex_search(text, m, re)) return std::stoi(m[1]);
+  return std::nullopt;
+}
+
+// ---- published step time ------------------------------------------------------------------
+
+struct CaseDims {
+  double B = 0, s = 0, l = 0, h = 0, V = 0, ffn = 0, heads = 0, kv = 0;
+};
+
+CaseDims dims(const json& c) {
+  const json& m = c["model"];
+  CaseDims d;
+  d.s = number_of(m, "seq_len").value_or(0);
+  d.l = number_of(m, "layers").value_or(0);
+  d.h = number_of(m, "hidden").value_or(0);
+  d.V = number_of(m, "vocab").value_or(0);
+  d.ffn = number_of(m, "ffn_hidden").value_or(4 * d.h);
+  d.heads = number_of(m, "heads").value_or(1);
+  d.kv = number_of(m, "kv_heads").value_or(d.heads);
+  const json& b = c["batch"];
+  d.B = number_of(b, "global_batch").value_or(0);
+  if (d.B == 0 && d.s > 0) d.B = number_of(b, "tokens_per_batch").value_or(0) / d.s;
+  return d;
+}
+
+/// FLOPs per iteration by the formula the case's `flops_definition` names, or nullopt.
+std::optional<std::pair<double, std::string>> formula_flops(const json& c) {
+  const std::string def = text_of(c, "flops_definition");
+  const CaseDims d = dims(c);
+  if (d.B <= 0 || d.s <= 0 || d.h <= 0 || d.l <= 0) return std::nullopt;
+  if (has(def, "96*B*s*l*h^2")) {  // Narayanan et al. 2021, Eq. 3 (counts the recompute forward)
+    return std::pair{96 * d.B * d.s * d.l * d.h * d.h * (1 + d.s / (6 * d.h) + d.V / (16 * d.l * d.h)),
+                     "96Bslh^2(1+s/6h+V/16lh)"};
+  }
+  if (has(def, "72*B*s*l*h^2")) {  // Korthikanti et al. 2022 model FLOPs
+    return std::pair{72 * d.B * d.s * d.l * d.h * d.h * (1 + d.s / (6 * d.h) + d.V / (12 * d.l * d.h)),
+                     "72Bslh^2(1+s/6h+V/12lh)"};
+  }
+  if (has(def, "nemo") && has(text_of(c["model"], "mlp"), "swiglu")) {
+    // NeMo's llama2/llama3 formula (nemo/utils/flops_formulas.py), attention non-causal:
+    // gbs s l h^2 (12 + 12 kv/heads + 18 ffn/h + 12 s/h + 6 V/(l h)).
+    return std::pair{d.B * d.s * d.l * d.h * d.h *
+                         (12 + 12 * d.kv / d.heads + 18 * d.ffn / d.h + 12 * d.s / d.h + 6 * d.V / (d.l * d.h)),
+                     "NeMo llama formula"};
+  }
+  return std::nullopt;
+}
+
+std::optional<double> stated_peak(const json& c) {
+  const std::string def = text_of(c, "flops_definition");
+  std::smatch m;
+  if (std::regex_search(def, m, std::regex(R"((?:vs|against)\s*(\d+(?:\.\d+)?)\s*TFLOP)", std::regex::icase)))
+    return std::stod(m[1]) * 1e12;
+  return std::nullopt;
+}
+
+}  // namespace
+
+PublishedTime published_step_time(const json& c, int devices) {
+  PublishedTime p;
+  const json& meas = c.contains("measured") ? c["measured"] : json::object();
+  const json& der = c.contains("derived") ? c["derived"] : json::object();
+  const json& hw = c.contains("hardware") ? c["hardware"] : json::object();
+  const auto count = devices > 0 ? std::optional<double>(devices) : number_of(hw, "count");
+  const CaseDims d = c.contains("model") && c.contains("batch") ? dims(c) : CaseDims{};
+  double tokens = 0;
+  if (c.contains("batch")) tokens = number_of(c["batch"], "tokens_per_batch").value_or(d.B * d.s);
+  if (auto v = number_of(meas, "step_time_s")) {
+    p.step_s = *v;
+    p.basis = "step time (measured)";
+    return p;
+  }
+  if (auto v = number_of(der, "iteration_time_s")) {
+    p.step_s = *v;
+    p.basis = "iteration time (derived in the case file)";
+    return p;
+  }
+  if (!count) {
+    p.skip_reason = "device count is not a number (" + text_of(hw, "count") + ")";
+    return p;
+  }
+  for (const char* key : {"tokens_per_sec_per_gpu", "tokens_per_sec_per_npu"}) {
+    if (auto v = number_of(meas, key); v && tokens > 0) {
+      p.step_s = tokens / (*v * *count);
+      p.basis = std::string("tokens/s per device (measured)");
+      return p;
+    }
+  }
+  if (auto v = number_of(meas, "tokens_per_sec_total"); v && tokens > 0) {
+    p.step_s = tokens / *v;
+    p.basis = "tokens/s (measured)";
+    return p;
+  }
+  const auto f = formula_flops(c);
+  for (const char* key : {"model_tflops_per_gpu_with_cp", "model_tflops_per_gpu", "tflops_per_gpu"}) {
+    if (auto v = number_of(meas, key); v && f) {
+      p.step_s = f->first / (*v * 1e12 * *count);
+      p.basis = std::string("TFLOP/s per device (measured) with ") + f->second;
+      return p;
+    }
+  }
+  if (auto v = number_of(meas, "mfu_pct"); v && f) {
+    if (auto peak = stated_peak(c)) {
+      p.step_s = f->first / (*v / 100.0 * *peak * *count);
+      p.basis = "MFU (measured) with " + f->second + fmt::format(" at {:.0f} TFLOP/s peak", *peak / 1e12);
+      return p;
+    }
+  }
+  if (auto v = number_of(der, "tokens_per_sec_per_gpu"); v && tokens > 0) {
+    p.step_s = tokens / (*v * *count);
+    p.basis = "tokens/s per device (derived in the case file, approximate)";
+    return p;
+  }
+  if (number_of(meas, "mfu_pct"))
+    p.skip_reason = "only an MFU is published, and its FLOP formula or peak is not stated (" +
+                    text_of(c, "flops_definition") + ")";
+  else
+    p.skip_reason = "no step time, throughput or convertible FLOP rate is published";
+  return p;
+}
+
+namespace {
+
+// ---- case -> scenario ---------------------------------------------------------------------
+
+json model_config(const json& c, std::vector<std::string>& notes, std::string& skip) {
+  const json& m = c["model"];
+  const std::string arch_notes = text_of(m, "arch_notes");
+  const std::string mlp = lower(text_of(m, "mlp"));
+  const std::string name = text_of(m, "name");
+  auto need = [&](const char* key) -> double {
+    auto v = number_of(m, key);
+    if (!v) skip = std::string("model.") + key + " is missing";
+    return v.value_or(1);
+  };
+  const double layers = need("layers"), hidden = need("hidden"), heads = need("heads"), vocab = need("vocab");
+  const double kv = number_of(m, "kv_heads").value_or(heads);
+  json cfg;
+  cfg["name"] = name;
+  if (text_of(m, "type") == "moe") {
+    const json& moe = m.contains("moe") ? m["moe"] : json::object();
+    const double experts = number_of(moe, "num_experts").value_or(0);
+    const double top_k = number_of(moe, "top_k").value_or(0);
+    const double expert_ffn = number_of(moe, "expert_ffn_hidden").value_or(0);
+    const double shared = number_of(moe, "shared_experts").value_or(0);
+    const double dense_layers = number_of(moe, "dense_layers").value_or(0);
+    const double dense_ffn = number_of(moe, "dense_ffn_hidden").value_or(expert_ffn);
+    if (experts <= 0 || top_k <= 0 || expert_ffn <= 0) {
+      skip = "MoE dimensions (num_experts, top_k, expert_ffn_hidden) are incomplete";
+      return cfg;
+    }
+    if (has(arch_notes, "MLA") || has(arch_notes, "kv_lora")) {
+      cfg["architectures"] = {"DeepseekV3ForCausalLM"};
+      for (const char* k : {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}) {
+        auto v = find_int_after(arch_notes, k);
+        if (!v) {
+          skip = std::string("MLA dimension ") + k + " not found in model.arch_notes";
+          return cfg;
+        }
+        cfg[k] = *v;
+      }
+      cfg["n_routed_experts"] = experts;
+      cfg["n_shared_experts"] = shared;
+      cfg["moe_intermediate_size"] = expert_ffn;
+      cfg["first_k_dense_replace"] = dense_layers;
+      cfg["intermediate_size"] = dense_ffn;
+      int mtp = find_int_after(arch_notes, "MTP depth").value_or(0);
+      if (has(text_of(c, "notes"), "no MTP")) mtp = 0;
+      cfg["num_nextn_predict_layers"] = mtp;
+    } else if (shared > 0) {
+      skip = "MoE with shared experts and without MLA is not mapped to a supported architecture";
+      return cfg;
+    } else if (has(name, "mixtral")) {
+      cfg["architectures"] = {"MixtralForCausalLM"};
+      cfg["num_local_experts"] = experts;
+      cfg["intermediate_size"] = expert_ffn;
+    } else {
+      cfg["architectures"] = {"Qwen3MoeForCausalLM"};
+      cfg["num_experts"] = experts;
+      cfg["moe_intermediate_size"] = expert_ffn;
+      cfg["intermediate_size"] = dense_ffn;
+      json only = json::array();
+      for (int i = 0; i < static_cast<int>(dense_layers); ++i) only.push_back(i);
+      cfg["mlp_only_layers"] = only;
+      if (auto hd = find_int_after(arch_notes, "head_dim")) cfg["head_dim"] = *hd;
+    }
+    cfg["num_experts_per_tok"] = top_k;
+    cfg["hidden_size"] = hidden;
+    cfg["num_hidden_layers"] = layers;
+    cfg["num_attention_heads"] = heads;
+    cfg["num_key_value_heads"] = kv;
+    cfg["vocab_size"] = vocab;
+    return cfg;
+  }
+  const double ffn = number_of(m, "ffn_hidden").value_or(4 * hidden);
+  if (!number_of(m, "ffn_hidden")) notes.push_back("FFN width not given: 4 x hidden");
+  if (has(mlp, "swiglu")) {
+    cfg["architectures"] = {"LlamaForCausalLM"};
+    cfg["sandwich_norm"] = has(arch_notes, "sandwich");
+  } else if (has(mlp, "squared_relu") || has(mlp, "relu2")) {
+    cfg["architectures"] = {"NemotronForCausalLM"};
+  } else {
+    if (mlp.empty()) notes.push_back("MLP type not given: GPT-style GELU");
+    cfg["architectures"] = {"GPT2LMHeadModel"};
+    cfg["n_layer"] = layers;
+    cfg["n_embd"] = hidden;
+    cfg["n_head"] = heads;
+    cfg["n_inner"] = ffn;
+    cfg["vocab_size"] = vocab;
+    cfg["n_positions"] = number_of(m, "seq_len").value_or(2048);
+    cfg["tie_word_embeddings"] = true;
+    if (kv != heads) {
+      skip = "GPT-style model with grouped-query attention is not mapped";
+    }
+    return cfg;
+  }
+  cfg["hidden_size"] = hidden;
+  cfg["intermediate_size"] = ffn;
+  cfg["num_hidden_layers"] = layers;
+  cfg["num_attention_heads"] = heads;
+  cfg["num_key_value_heads"] = kv;
+  cfg["vocab_size"] = vocab;
+  return cfg;
+}
+
+/// Megatron's pipeline layout string ("Et|(tt|)*30L"): decoder layers per virtual stage.
+std::optional<std::vector<int>> parse_pp_layout(const std::string& layout_text) {
+  std::string layout = layout_text.substr(0, layout_text.find(' '));
+  // Expand "(...)*N" repetitions.
+  const std::regex rep(R"(\(([^()]*)\)\*(\d+))");
+  std::smatch m;
+  while (std::regex_search(layout, m, rep)) {
+    std::string body;
+    for (int i = 0; i < std::stoi(m[2]); ++i) body += m[1].str();
+    layout = m.prefix().str() + body + m.suffix().str();
+  }
+  std::vector<int> counts{0};
+  for (char ch : layout) {
+    if (ch == '|') counts.push_back(0);
+    else if (ch == 't') ++counts.back();
+    else if (ch != 'E' && ch != 'L' && ch != 'm') return std::nullopt;
+  }
+  if (!counts.empty() && counts.back() == 0 && layout.back() == '|') counts.pop_back();
+  return counts;
+}
+
+}  // namespace
+
+ConvertedCase case_to_scenario(const json& c) {
+  ConvertedCase out;
+  auto& notes = out.assumptions;
+  if (c.contains("scenario")) {  // a ready scenario (the form for one's own runs)
+    out.scenario = c["scenario"];
+    if (out.scenario.contains("cluster") && out.scenario["cluster"].is_object())
+      out.devices = int_of(out.scenario["cluster"], "devices").value_or(0);
+    return out;
+  }
+  for (const char* key : {"model", "hardware", "parallelism", "batch"})
+    if (!c.contains(key) || !c[key].is_object()) {
+      out.skip_reason = std::string("the case has no \"") + key + "\" object";
+      return out;
+    }
+  const json& hw = c["hardware"];
+  const json& par = c["parallelism"];
+  const json& batch = c["batch"];
+  const std::string category = text_of(c, "category");
+  json s;
+  s["model"] = model_config(c, notes, out.skip_reason);
+  if (!out.skip_reason.empty()) return out;
+
+  // Hardware.
+  const std::string dev = text_of(hw, "device");
+  std::string cluster;
+  if (has(dev, "GB200")) cluster = "gb200-nvl72";
+  else if (has(dev, "B200")) cluster = "dgx-b200";
+  else if (has(dev, "H100")) cluster = "dgx-h100";
+  else if (has(dev, "H800")) cluster = "dgx-h800";
+  else if (has(dev, "A100")) cluster = "dgx-a100";
+  else if (has(dev, "Ascend") || has(dev, "Atlas") || has(dev, "910B")) cluster = "atlas-800t-a2";
+  else {
+    out.skip_reason = "no cluster preset for device \"" + dev + "\"";
+    return out;
+  }
+  if (cluster == "atlas-800t-a2") notes.push_back("910B variant not stated: Ascend 910B2 (353.8 TFLOP/s)");
+  auto count = int_of(hw, "count");
+  if (!count) {
+    out.skip_reason = "device count is not a number (" + text_of(hw, "count") + ")";
+    return out;
+  }
+  {
+    // When the published layout does not multiply to the device count, one of the columns is
+    // wrong; the layout is kept when the global batch only divides with its DP (the per-device
+    // rate that is compared does not depend on which column is wrong).
+    const int tp = int_of(par, "tp").value_or(1), pp = int_of(par, "pp").value_or(1), cp = int_of(par, "cp").value_or(1);
+    const auto dp = int_of(par, "dp");
+    const int gbs = int_of(batch, "global_batch").value_or(0);
+    const int mbs = int_of(batch, "micro_batch").value_or(1);
+    const long long product = dp ? 1LL * tp * pp * cp * *dp : *count;
+    if (product != *count) {
+      const long long dp_from_count = *count / std::max(1, tp * pp * cp);
+      const bool count_fits = gbs > 0 && dp_from_count > 0 && gbs % (mbs * dp_from_count) == 0;
+      if (!count_fits && gbs > 0 && gbs % (mbs * *dp) == 0) {
+        notes.push_back(fmt::format("published TP x PP x CP x DP = {} differs from the {} devices; the global batch "
+                                    "only divides with the published DP, so {} devices are simulated",
+                                    product, *count, product));
+        count = static_cast<int>(product);
+      } else {
+        notes.push_back(fmt::format("published TP x PP x CP x DP = {} differs from the {} devices: DP derived from the count",
+                                    product, *count));
+      }
+    }
+  }
+  out.devices = *count;
+  s["cluster"] = {{"preset", cluster}, {"devices", *count}};
+
+  // Training.
+  const std::string prec = lower(text_of(hw, "precision"));
+  std::string precision = "bf16";
+  if (has(prec, "fp8")) precision = "fp8";
+  else if (has(prec, "fp16") && !has(prec, "bf16")) precision = "fp16";
+  const double seq = number_of(c["model"], "seq_len").value_or(0);
+  double gbs = number_of(batch, "global_batch").value_or(0);
+  if (gbs <= 0 && seq > 0) gbs = number_of(batch, "tokens_per_batch").value_or(0) / seq;
+  if (seq <= 0 || gbs <= 0) {
+    out.skip_reason = seq <= 0 ? "sequence length not published" : "global batch size not published";
+    return out;
+  }
+  json training = {{"seq_length", seq}, {"global_batch_size", gbs}, {"precision", precision}};
+  // Megatron-LM before 2023 (the SC21 and selective-recomputation papers) computed attention
+  // unfused (batched GEMMs + fused softmax) and trained GPT with dropout 0.1; flash attention
+  // came to Megatron later.
+  if (category == "megatron_sc21_weak_scaling" || category == "megatron_selective_recompute") {
+    training["attention_kernel"] = "unfused";
+    training["dropout"] = 0.1;
+    notes.push_back("Megatron 2021-22: unfused attention, dropout 0.1");
+  }
+  s["training"] = training;
+
+  // Parallelism.
+  json p;
+  const int tp = int_of(par, "tp").value_or(1), pp = int_of(par, "pp").value_or(1);
+  const int cp = int_of(par, "cp").value_or(1);
+  p["tp"] = tp;
+  p["pp"] = pp;
+  p["cp"] = cp;
+  if (auto vpp = int_of(par, "vpp"); vpp && *vpp > 1) p["vpp"] = *vpp;
+  const bool moe = text_of(c["model"], "type") == "moe";
+  if (moe) {
+    p["ep"] = int_of(par, "ep").value_or(1);
+    p["etp"] = int_of(par, "etp").value_or(1);
+  }
+  if (auto mbs = int_of(batch, "micro_batch")) p["mbs"] = *mbs;
+  else notes.push_back("micro-batch size not published: 1");
+  const std::string overlap = text_of(par, "comm_overlap");
+  const bool nemo = category.rfind("nemo", 0) == 0;
+  bool sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() && par["sequence_parallel"].get<bool>();
+  const bool tp_overlap = tp > 1 && (has(overlap, "tp-comm-overlap") || nemo || has(text_of(c, "notes"), "mc2"));
+  if (tp > 1 && (tp_overlap || moe) && !sp) {
+    sp = true;
+    notes.push_back("sequence parallelism assumed (required by TP communication overlap / MoE)");
+  }
+  p["sequence_parallel"] = sp && tp > 1;
+  if (tp_overlap && tp > 1) {
+    p["tp_comm_overlap"] = true;
+    if (!has(overlap, "tp-comm-overlap"))
+      notes.push_back(nemo ? "NeMo performance recipe: TP communication overlap" : "MC2 (fused matmul + TP comm)");
+  }
+  const std::string zero = lower(text_of(par, "zero_or_fsdp"));
+  bool distopt = has(zero, "distributed") || has(zero, "zero") || has(zero, "fsdp");
+  if (!distopt && has(overlap, "overlap-param-gather")) {
+    distopt = true;  // Megatron's --overlap-param-gather requires the distributed optimizer
+    notes.push_back("distributed optimizer implied by --overlap-param-gather");
+  }
+  p["use_distributed_optimizer"] = distopt;
+  if (has(zero, "fsdp")) notes.push_back("FSDP approximated by the distributed optimizer");
+  if (has(overlap, "overlap-grad-reduce") || (nemo && distopt)) p["overlap_grad_reduce"] = true;
+  if (distopt && (has(overlap, "overlap-param-gather") || nemo)) p["overlap_param_gather"] = true;
+  if (nemo && distopt && overlap.empty()) notes.push_back("NeMo default: gradient and parameter overlap");
+
+  // Recomputation.
+  const std::string rec = lower(text_of(c, "recompute"));
+  if (rec.rfind("full", 0) == 0 || has(rec, "full activation recomputation")) {
+    p["recompute_granularity"] = "full";
+    p["recompute_method"] = has(rec, "block") ? "block" : "uniform";
+    p["recompute_num_layers"] = find_int_after(rec, "block,").value_or(1);
+    if (has(rec, "activation-function")) notes.push_back("activation-function recomputation beside full recompute ignored");
+  } else if (has(rec, "selective")) {
+    p["recompute_granularity"] = "selective";
+    json mods = json::array();
+    if (has(rec, "layernorm")) mods.push_back("layernorm");
+    if (has(rec, "moe_act")) mods.push_back("moe_act");
+    if (has(rec, "up_proj")) mods.push_back("mla_up_proj");
+    if (has(rec, "mlp")) mods.push_back("mlp");
+    if (has(rec, "softmax") || has(rec, "core_attn") || has(rec, "qk^t")) mods.push_back("core_attn");
+    if (mods.empty()) mods.push_back("core_attn");
+    p["recompute_modules"] = mods;
+  } else if (!(rec.rfind("none", 0) == 0)) {
+    notes.push_back("recomputation not stated: none");
+  }
+
+  // Pipeline layout and token dispatcher.
+  if (const std::string layout = text_of(par, "pp_layout"); !layout.empty()) {
+    if (auto counts = parse_pp_layout(layout)) p["pipeline_layer_partition"] = *counts;
+    else notes.push_back("pipeline layout \"" + layout + "\" not understood: automatic partition");
+  } else {
+    p["pipeline_layer_partition"] = "auto";
+  }
+  const std::string dispatcher = lower(text_of(par, "token_dispatcher"));
+  if (moe && (has(dispatcher, "deepep") || has(dispatcher, "hybridep"))) p["moe_alltoall"] = "hierarchical";
+  s["parallelism"] = p;
+  s["seed"] = 1;
+  out.scenario = s;
+  return out;
+}
+
+namespace {
+
+std::string plan_text(const json& scenario) {
+  const json& p = scenario.contains("parallelism") ? scenario["parallelism"] : json::object();
+  std::string t;
+  auto add = [&](const char* label, const char* key, bool always) {
+    auto v = int_of(p, key);
+    if (v && (always || *v > 1)) t += fmt::format("{}{}{}", t.empty() ? "" : " ", label, *v);
+  };
+  add("TP", "tp", true);
+  add("PP", "pp", true);
+  add("VPP", "vpp", false);
+  add("CP", "cp", false);
+  add("EP", "ep", false);
+  return t;
+}
+
+ErrorStats stats_of(const std::vector<const CaseOutcome*>& v) {
+  ErrorStats s;
+  for (const CaseOutcome* c : v) {
+    const double e = std::abs(c->error_pct);
+    s.mean_abs_pct += e;
+    if (e >= s.max_abs_pct) {
+      s.max_abs_pct = e;
+      s.worst = c->id;
+    }
+    ++s.n;
+  }
+  if (s.n > 0) s.mean_abs_pct /= s.n;
+  return s;
+}
+
+int numeric_id(const std::string& id) {
+  std::string digits;
+  for (char ch : id)
+    if (std::isdigit(static_cast<unsigned char>(ch))) digits += ch;
+  return digits.empty() ? 0 : std::stoi(digits);
+}
+
+}  // namespace
+
+ValidationReport validate(const json& cases, const std::string& file, const ValidateOptions& opt) {
+  ValidationReport rep;
+  rep.file = file;
+  const json* list = &cases;
+  if (cases.is_object() && cases.contains("cases")) list = &cases["cases"];
+  if (!list->is_array()) throw ConfigError({Diagnostic{file, "", json_brief(cases), "must be a list of cases"}});
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const json& c = (*list)[i];
+    CaseOutcome o;
+    o.id = c.is_object() && c.contains("id") ? text_of(c, "id") : fmt::format("#{}", i);
+    if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), o.id) == opt.only.end()) continue;
+    o.held_out = numeric_id(o.id) % 2 == 1;
+    if (!c.is_object()) {
+      o.status = "error";
+      o.reason = fmt::format("{}:/{}: must be an object", file, i);
+      rep.cases.push_back(o);
+      continue;
+    }
+    o.category = text_of(c, "category");
+    if (c.contains("model")) o.model = text_of(c["model"], "name");
+    if (c.contains("hardware")) o.device = text_of(c["hardware"], "device");
+    ConvertedCase conv = case_to_scenario(c);
+    const PublishedTime pub = published_step_time(c, conv.devices);
+    o.assumptions = conv.assumptions;
+    o.scenario = conv.scenario;
+    o.devices = conv.devices;
+    o.plan = plan_text(conv.scenario);
+    o.basis = pub.basis;
+    o.published_s = pub.step_s;
+    if (!pub.skip_reason.empty() || !conv.skip_reason.empty()) {
+      o.status = "skipped";
+      o.reason = !conv.skip_reason.empty() ? conv.skip_reason : pub.skip_reason;
+      rep.cases.push_back(o);
+      continue;
+    }
+    try {
+      json doc = conv.scenario;
+      Diagnostics set_diag(file);
+      for (const auto& ov : opt.overrides) apply_override(doc, ov, set_diag);
+      set_diag.throw_if_any();
+      strategies::Scenario sc = strategies::load_scenario(doc, file + " case " + o.id, "");
+      sc.simulation.fidelity = opt.fidelity;
+      const strategies::Simulation sim = strategies::simulate(sc);
+      o.predicted_s = sim.result.step_time_s;
+      o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;
+      o.feasible = sim.result.feasible;
+      o.mfu = sim.result.mfu;
+      o.bubble_fraction = sim.result.breakdown.bubble / sim.result.step_time_s;
+      o.status = "ok";
+      if (!o.feasible) o.assumptions.push_back("moesim predicts it does not fit: " + sim.result.infeasible_reason);
+    } catch (const ConfigError& e) {
+      o.status = "error";
+      o.reason = e.what();
+    } catch (const std::exception& e) {
+      o.status = "error";
+      o.reason = std::string("internal error: ") + e.what();
+    }
+    if (opt.progress)
+      std::cerr << fmt::format("{:<10} {:<8} {}\n", o.id, o.status,
+                               o.status == "ok" ? fmt::format("{:+.1f}%", o.error_pct) : o.reason);
+    rep.cases.push_back(std::move(o));
+  }
+  std::vector<const CaseOutcome*> all, fit, held;
+  std::map<std::string, std::vector<const CaseOutcome*>> cat, dev;
+  for (const auto& c : rep.cases) {
+    if (c.status == "skipped") ++rep.skipped;
+    if (c.status == "error") ++rep.errors;
+    if (c.status != "ok") continue;
+    all.push_back(&c);
+    (c.held_out ? held : fit).push_back(&c);
+    cat[c.category].push_back(&c);
+    const std::string preset = c.scenario["cluster"]["preset"].get<std::string>();
+    dev[preset].push_back(&c);
+  }
+  rep.all = stats_of(all);
+  rep.fit = stats_of(fit);
+  rep.held_out = stats_of(held);
+  for (auto& [k, v] : cat) rep.by_category.emplace_back(k, stats_of(v));
+  for (auto& [k, v] : dev) rep.by_device.emplace_back(k, stats_of(v));
+  return rep;
+}
+
+std::string to_markdown(const ValidationReport& r) {
+  std::string o;
+  o += fmt::format("# moesim validation: {}\n\n", r.file);
+  o += "| split | cases | mean abs error | max abs error | worst |\n|---|---|---|---|---|\n";
+  auto row = [&](const std::string& name, const ErrorStats& s) {
+    o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% | {} |\n", name, s.n, s.mean_abs_pct, s.max_abs_pct, s.worst);
+  };
+  row("all", r.all);
+  row("fit half (even ids)", r.fit);
+  row("held-out half (odd ids)", r.held_out);
+  o += fmt::format("\n{} skipped, {} errors.\n\n", r.skipped, r.errors);
+  o += "| category | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
+  for (const auto& [k, s] : r.by_category) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
+  o += "\n| cluster | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
+  for (const auto& [k, s] : r.by_device) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
+  o += "\n| case | model | devices | plan | published s | predicted s | error | basis |\n";
+  o += "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& c : r.cases) {
+    if (c.status != "ok") continue;
+    o += fmt::format("| {}{} | {} | {} x {} | {} | {:.3f} | {:.3f} | {:+.1f}% | {} |\n", c.id, c.held_out ? "" : "*",
+                     c.model, c.devices, c.scenario["cluster"]["preset"].get<std::string>(), c.plan, c.published_s,
+                     c.predicted_s, c.error_pct, c.basis);
+  }
+  o += "\n`*` marks the fitting half.\n";
+  bool any = false;
+  for (const auto& c : r.cases) {
+    if (c.status == "ok") continue;
+    if (!any) o += "\n| case | status | reason |\n|---|---|---|\n";
+    any = true;
+    std::string reason = c.reason;
+    std::replace(reason.begin(), reason.end(), '\n', ' ');
+    std::replace(reason.begin(), reason.end(), '|', '/');
+    o += fmt::format("| {} | {} | {} |\n", c.id, c.status, reason);
+  }
+  return o;
+}
+
+json to_json(const ValidationReport& r) {
+  auto st = [](const ErrorStats& s) {
+    return json{{"cases", s.n}, {"mean_abs_error_pct", s.mean_abs_pct}, {"max_abs_error_pct", s.max_abs_pct}, {"worst", s.worst}};
+  };
+  json j;
+  j["file"] = r.file;
+  j["summary"] = {{"all", st(r.all)}, {"fit", st(r.fit)}, {"held_out", st(r.held_out)}, {"skipped", r.skipped}, {"errors", r.errors}};
+  json cats = json::object(), devs = json::object();
+  for (const auto& [k, s] : r.by_category) cats[k] = st(s);
+  for (const auto& [k, s] : r.by_device) devs[k] = st(s);
+  j["summary"]["by_category"] = cats;
+  j["summary"]["by_cluster"] = devs;
+  json cases = json::array();
+  for (const auto& c : r.cases) {
+    json x = {{"id", c.id}, {"status", c.status}, {"category", c.category}, {"model", c.model}, {"devices", c.devices},
+              {"split", c.held_out ? "held_out" : "fit"}};
+    if (c.status == "ok") {
+      x["plan"] = c.plan;
+      x["published_s"] = c.published_s;
+      x["predicted_s"] = c.predicted_s;
+      x["error_pct"] = c.error_pct;
+      x["basis"] = c.basis;
+      x["mfu"] = c.mfu;
+      x["bubble_fraction"] = c.bubble_fraction;
+      x["feasible"] = c.feasible;
+    } else {
+      x["reason"] = c.reason;
+    }
+    x["assumptions"] = c.assumptions;
+    if (!c.scenario.is_null()) x["scenario"] = c.scenario;
+    cases.push_back(x);
+  }
+  j["cases"] = cases;
+  return j;
+}
+
+}  // namespace moesim::tools
