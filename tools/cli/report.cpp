@@ -38,6 +38,8 @@ std::string format_plan_line(const strategies::Scenario& s) {
   std::string extras = recompute_name(p.recompute);
   if (p.distributed_optimizer) extras += ", distributed optimizer";
   if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) extras += ", hierarchical all-to-all";
+  if (p.tp_comm_overlap) extras += ", TP comm overlapped with GEMMs";
+  if (p.overlap_grad_reduce) extras += ", overlapped DP";
   return fmt::format(
       "{} on {} x {} ({})\nplan: {} | mbs {}, {} micro-batches, seq {}, global batch {}, {}\n      {}", s.model_name,
       s.cluster.devices, s.cluster.device.name, s.cluster.name, plan, p.mbs, p.num_microbatches, s.training.seq_length,

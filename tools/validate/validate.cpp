@@ -536,7 +536,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
     o.published_s = pub.step_s;
     if (!pub.skip_reason.empty() || !conv.skip_reason.empty()) {
       o.status = "skipped";
-      o.reason = !conv.skip_reason.empty() ? conv.skip_reason : pub.skip_reason;
+      o.reason = !pub.skip_reason.empty() ? pub.skip_reason : conv.skip_reason;
       rep.cases.push_back(o);
       continue;
     }
