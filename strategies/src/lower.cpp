@@ -1109,17 +1109,18 @@ void Lowering::emit(Fidelity fid) {
   for (int stage = 0; stage < pp; ++stage) {
     compute_shapes(stage);
     const StageInfo& si = out_.stages[stage];
-    // Distributed optimizer with overlapped parameter gather: the previous step's all-gather
-    // of each chunk runs ahead of that chunk's first forward (steady state of a periodic step).
-    std::vector<std::vector<std::vector<sim::TaskId>>> chunk_gather(vpp);
+    // Distributed optimizer with overlapped parameter gather: the previous step's all-gather of
+    // each item's buckets runs ahead, and the first forward of the item waits for its own
+    // buckets only (Megatron waits per bucket in a forward pre-hook) — steady state of a
+    // periodic step.
+    std::vector<std::vector<std::vector<std::vector<sim::TaskId>>>> item_gather(vpp);  // [chunk][item][rank]
     if (distopt && p_.overlap_param_gather) {
       for (int c = 0; c < vpp; ++c) {
-        double pd = 0, pe = 0;
-        for (auto [d, e] : chunk_item_params_[stage][c]) {
-          pd += d;
-          pe += e;
+        const auto& items = si.chunk_items[c];
+        for (std::size_t k = 0; k < items.size(); ++k) {
+          const auto [pd, pe] = chunk_item_params_[stage][c][k];
+          item_gather[c].push_back(emit_dp(stage, pd, pe, true, "param_gather." + item_prefix(w_.items[items[k]])));
         }
-        chunk_gather[c] = emit_dp(stage, pd, pe, true, "param_gather.chunk" + std::to_string(c));
       }
     }
     std::vector<int> last_bwd_mb(vpp, -1);
@@ -1139,8 +1140,14 @@ void Lowering::emit(Fidelity fid) {
         last[sl] = tasks[static_cast<std::size_t>(std::max(0, prog.chain_end)) * per_stage + l];
         if (op.phase == Phase::Backward)  // the chunk's own forward came first (loss on the last stage)
           builder_.depend(last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
-        if (op.phase == Phase::Forward && !first_fwd_seen[op.chunk] && !chunk_gather[op.chunk].empty())
-          for (sim::TaskId g : chunk_gather[op.chunk][l]) builder_.depend(g, first[sl]);
+        if (op.phase == Phase::Forward && !first_fwd_seen[op.chunk]) {
+          const auto& gathers = item_gather[op.chunk];
+          for (std::size_t k = 0; k < gathers.size(); ++k) {
+            const int begin = k == 0 ? entry : prog.item_end[k - 1] + 1;
+            if (begin >= static_cast<int>(prog.steps.size())) continue;
+            for (sim::TaskId g : gathers[k][l]) builder_.depend(g, tasks[static_cast<std::size_t>(begin) * per_stage + l]);
+          }
+        }
       }
       if (op.phase == Phase::Forward) first_fwd_seen[op.chunk] = true;
       // Overlapped gradient reduction: each item's buckets start once the chunk's last
