@@ -188,6 +188,14 @@ json model_config(const json& c, std::vector<std::string>& notes, std::string& s
   const double kv = number_of(m, "kv_heads").value_or(heads);
   json cfg;
   cfg["name"] = name;
+  // Keys every Hugging Face decoder config here shares.
+  auto decoder_keys = [&](json& c) {
+    c["hidden_size"] = hidden;
+    c["num_hidden_layers"] = layers;
+    c["num_attention_heads"] = heads;
+    c["num_key_value_heads"] = kv;
+    c["vocab_size"] = vocab;
+  };
   if (text_of(m, "type") == "moe") {
     const json& moe = m.contains("moe") ? m["moe"] : json::object();
     const double experts = number_of(moe, "num_experts").value_or(0);
@@ -236,11 +244,7 @@ json model_config(const json& c, std::vector<std::string>& notes, std::string& s
       if (auto hd = find_int_after(arch_notes, "head_dim")) cfg["head_dim"] = *hd;
     }
     cfg["num_experts_per_tok"] = top_k;
-    cfg["hidden_size"] = hidden;
-    cfg["num_hidden_layers"] = layers;
-    cfg["num_attention_heads"] = heads;
-    cfg["num_key_value_heads"] = kv;
-    cfg["vocab_size"] = vocab;
+    decoder_keys(cfg);
     return cfg;
   }
   const double ffn = number_of(m, "ffn_hidden").value_or(4 * hidden);
@@ -265,12 +269,8 @@ json model_config(const json& c, std::vector<std::string>& notes, std::string& s
     }
     return cfg;
   }
-  cfg["hidden_size"] = hidden;
   cfg["intermediate_size"] = ffn;
-  cfg["num_hidden_layers"] = layers;
-  cfg["num_attention_heads"] = heads;
-  cfg["num_key_value_heads"] = kv;
-  cfg["vocab_size"] = vocab;
+  decoder_keys(cfg);
   return cfg;
 }
 
