@@ -126,10 +126,34 @@ struct Tokens {
   double Texp = 0;  ///< source tokens whose copies reach one rank's experts (Tseq x etp)
 };
 
+}  // namespace
+
+/// Group shapes keyed by (group kind, layout, position of the stage's block in the fabric):
+/// shared by every plan a search evaluates (routes are the expensive part).
+struct ShapeCache {
+  std::map<std::array<int, 8>, GroupShape> shapes;
+};
+
+/// Per-layer costs of a plan family: everything that changes a layer's programs is in the key.
+struct ItemCost {
+  double fwd_s = 0, bwd_s = 0;            ///< the layer's programs timed alone
+  double fwd_compute_s = 0, bwd_compute_s = 0;
+  std::array<double, kNumCats> comm_s{};  ///< communication durations by category (fwd + bwd)
+  double act_bytes = 0, transient = 0, params_dense = 0, params_expert = 0;
+};
+
+struct EstimatorCache {
+  ShapeCache shapes;
+  std::map<std::array<int, 16>, ItemCost> items;
+};
+
+namespace {
+
 class Lowering {
  public:
-  Lowering(const Scenario& s, const topologies::Topology& topo, const models::Workload& w)
-      : s_(s), p_(s.plan), m_(s.model), topo_(topo), w_(w), cm_(s.cluster.device) {
+  Lowering(const Scenario& s, const Plan& plan, const topologies::Topology& topo, const models::Workload& w,
+           ShapeCache* cache = nullptr)
+      : s_(s), p_(plan), m_(s.model), topo_(topo), w_(w), cm_(s.cluster.device), shape_cache_(cache) {
     lay_.tp = p_.tp;
     lay_.cp = p_.cp;
     lay_.dp = p_.dp;
@@ -146,16 +170,29 @@ class Lowering {
   }
 
   Lowered run();
+  PlanEstimate estimate(EstimatorCache& cache);
 
  private:
   // ---- group shapes ------------------------------------------------------------------------
   void compute_shapes(int stage) {
+    const auto& spec = topo_.spec();
+    const long long span = 1LL * spec.devices_per_node * spec.nodes_per_leaf;
+    const int offset = static_cast<int>((1LL * stage * lay_.block) % std::max(1LL, span));
     for (int g = 0; g < kNumGroupKinds; ++g) {
       const auto kind = static_cast<GroupKind>(g);
+      const std::array<int, 8> key{g, lay_.tp, lay_.cp, lay_.dp, lay_.ep, lay_.etp, offset, 0};
+      if (shape_cache_ != nullptr) {
+        auto it = shape_cache_->shapes.find(key);
+        if (it != shape_cache_->shapes.end()) {
+          shape_[g] = it->second;
+          continue;
+        }
+      }
       auto locals = lay_.members(kind, 0);
       std::vector<int> devs;
       for (int l : locals) devs.push_back(stage * lay_.block + l);
       shape_[g] = analyze_group(topo_, devs);
+      if (shape_cache_ != nullptr) shape_cache_->shapes.emplace(key, shape_[g]);
     }
   }
   [[nodiscard]] const GroupShape& shape(GroupKind g) const { return shape_[static_cast<int>(g)]; }
@@ -338,7 +375,10 @@ class Lowering {
   }
 
   // ---- partition, memory, emission ---------------------------------------------------------
-  std::vector<int> partition(const std::vector<double>& layer_cost, double first_extra, double last_extra);
+  /// Decoder layers per virtual stage. `refine` runs the local search after the water-filling
+  /// start (the search's screening skips it).
+  std::vector<int> partition(const std::vector<double>& layer_cost, double first_extra, double last_extra,
+                             bool refine = true);
   void build_ranks(Fidelity f);
   void emit(Fidelity f);
 
@@ -357,6 +397,7 @@ class Lowering {
   std::vector<CollectiveUse> uses_;
   Lowered out_;
   // per stage, per chunk: programs
+  ShapeCache* shape_cache_ = nullptr;
   std::vector<std::vector<Program>> fwd_, bwd_;  // [stage][chunk]
   std::vector<std::vector<std::vector<std::pair<double, double>>>> chunk_item_params_;  // [stage][chunk][item]
   std::vector<double> p2p_seconds_;  // per virtual stage boundary
@@ -705,7 +746,8 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
   return ip;
 }
 
-std::vector<int> Lowering::partition(const std::vector<double>& cost, double first_extra, double last_extra) {
+std::vector<int> Lowering::partition(const std::vector<double>& cost, double first_extra, double last_extra,
+                                     bool refine) {
   const int V = p_.virtual_stages();
   const int L = static_cast<int>(cost.size());
   std::vector<int> counts(V, 0);
@@ -773,6 +815,7 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
   // A virtual stage may end up with no decoder layer (it then only forwards activations, like
   // Megatron's "L" loss-only stage in a custom layout); the search prefers balanced counts.
   auto min_layers = [&](int) { return 0; };
+  if (!refine) return counts;
   auto best = score(counts);
   for (int iter = 0; iter < 4 * L; ++iter) {
     auto cand_best = best;
@@ -1245,11 +1288,223 @@ void Lowering::emit(Fidelity fid) {
   }
 }
 
+
+PlanEstimate Lowering::estimate(EstimatorCache& cache) {
+  PlanEstimate e;
+  const int V = p_.virtual_stages();
+  const int m = p_.num_microbatches;
+  const int pp = p_.pp, vpp = p_.vpp;
+  compute_shapes(0);
+
+  // Each program timed alone: streams run their steps in order, dependencies are respected.
+  auto time_program = [](const Program& prog, double& compute, std::array<double, kNumCats>& comm) {
+    std::array<double, kNumStreams> free{};
+    std::vector<double> fin(prog.steps.size(), 0.0);
+    double end = 0;
+    for (std::size_t i = 0; i < prog.steps.size(); ++i) {
+      const Step& st = prog.steps[i];
+      double start = free[static_cast<int>(st.stream)];
+      if (st.dep0 >= 0) start = std::max(start, fin[st.dep0]);
+      if (st.dep1 >= 0) start = std::max(start, fin[st.dep1]);
+      const double d = to_seconds(st.duration).value();
+      fin[i] = start + d;
+      free[static_cast<int>(st.stream)] = fin[i];
+      end = std::max(end, fin[i]);
+      if (st.stream == Stream::Compute) compute += d;
+      else comm[st.cat] += d;
+    }
+    return end;
+  };
+  const int group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
+  auto cost_of = [&](int item_idx, bool full) -> const ItemCost& {
+    const auto& item = w_.items[item_idx];
+    const bool decoder = item.kind == models::ItemKind::Decoder;
+    const std::array<int, 16> key{item.program,
+                                  decoder ? 1 : static_cast<int>(item.kind) + 10,
+                                  full ? 1 : 0,
+                                  group,
+                                  p_.tp,
+                                  p_.cp,
+                                  lay_.ep,
+                                  lay_.etp,
+                                  p_.mbs,
+                                  p_.sequence_parallel ? 1 : 0,
+                                  static_cast<int>(p_.recompute),
+                                  static_cast<int>(p_.recompute_modules),
+                                  p_.tp_comm_overlap ? 1 : 0,
+                                  static_cast<int>(p_.alltoall),
+                                  p_.pp == 1 ? 1 : 0,
+                                  0};
+    auto it = cache.items.find(key);
+    if (it != cache.items.end()) return it->second;
+    const ItemProgram ip = build_item(item, full, group, 0);
+    ItemCost c;
+    c.fwd_s = time_program(ip.fwd, c.fwd_compute_s, c.comm_s);
+    c.bwd_s = time_program(ip.bwd, c.bwd_compute_s, c.comm_s);
+    c.act_bytes = ip.act_bytes;
+    c.transient = ip.transient;
+    c.params_dense = ip.params_dense;
+    c.params_expert = ip.params_expert;
+    return cache.items.emplace(key, c).first->second;
+  };
+
+  // Partition on layer costs (the water-filling start of the automatic partition).
+  const bool full_all = p_.recompute == Recompute::Full && p_.recompute_method == RecomputeMethod::Uniform;
+  std::vector<double> layer_cost;
+  double first_extra = 0, last_extra = 0;
+  for (std::size_t i = 0; i < w_.items.size(); ++i) {
+    const auto& item = w_.items[i];
+    const ItemCost& c = cost_of(static_cast<int>(i), p_.recompute == Recompute::Full);
+    if (item.kind == models::ItemKind::Decoder) layer_cost.push_back(c.fwd_s + c.bwd_s);
+    else if (item.kind == models::ItemKind::Embedding) first_extra += c.fwd_s + c.bwd_s;
+    else last_extra += c.fwd_s + c.bwd_s;
+  }
+  const std::vector<int> counts = partition(layer_cost, first_extra, last_extra, false);
+
+  // Stages: per micro-batch forward and backward time, memory.
+  std::vector<double> F(pp, 0.0), B(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0), trans(pp, 0.0);
+  std::vector<double> pd(pp, 0.0), pe(pp, 0.0);
+  double compute_total = 0, comm_total = 0;
+  std::array<double, kNumCats> comm_cat{};
+  {
+    int layer_item = 1;
+    for (int v = 0; v < V; ++v) {
+      const int st = v % pp;
+      std::vector<int> items;
+      if (v == 0) items.push_back(0);
+      for (int k = 0; k < counts[v]; ++k) items.push_back(layer_item++);
+      if (v == V - 1)
+        for (std::size_t i = static_cast<std::size_t>(layer_item); i < w_.items.size(); ++i) items.push_back(static_cast<int>(i));
+      double act = 0;
+      int pos = 0;
+      for (int idx : items) {
+        bool full = p_.recompute == Recompute::Full;
+        if (w_.items[idx].kind == models::ItemKind::Decoder && p_.recompute == Recompute::Full && !full_all)
+          full = pos++ < p_.recompute_num_layers;
+        const ItemCost& c = cost_of(idx, full);
+        F[st] += c.fwd_s;
+        B[st] += c.bwd_s;
+        act += c.act_bytes;
+        trans[st] = std::max(trans[st], c.transient);
+        pd[st] += c.params_dense;
+        pe[st] += c.params_expert;
+        if (st == 0) {
+          compute_total += c.fwd_compute_s + c.bwd_compute_s;
+          comm_total += (c.fwd_s + c.bwd_s) - (c.fwd_compute_s + c.bwd_compute_s);
+          for (int k = 0; k < kNumCats; ++k) comm_cat[k] += c.comm_s[k];
+        }
+      }
+      act_chunk_max[st] = std::max(act_chunk_max[st], act);
+      act_sum[st] += act;
+    }
+  }
+  // Memory: weights, FP32 gradients, sharded optimizer, activations in flight, reserve.
+  const double wbytes = prec_ == models::Precision::FP8 ? 3.0 : 2.0;
+  const double dense_shard = p_.distributed_optimizer ? static_cast<double>(p_.dp * p_.cp) : 1.0;
+  const double expert_shard = p_.distributed_optimizer ? static_cast<double>(lay_.edp) : 1.0;
+  e.capacity_bytes = s_.cluster.device.hbm_capacity.value();
+  for (int st = 0; st < pp; ++st) {
+    int alive = 0;
+    if (vpp > 1) {
+      const int total = m * vpp;
+      const int warm = (m == pp) ? total : std::min((pp - st - 1) * 2 + (vpp - 1) * pp, total);
+      alive = std::min(total, warm + 1);
+    } else {
+      alive = std::min(pp - st, m);
+    }
+    const double act = alive * (act_sum[st] / vpp);
+    const double mem = (pd[st] + pe[st]) * (wbytes + 4.0) + 12.0 * (pd[st] / dense_shard + pe[st] / expert_shard) +
+                       act + trans[st] + s_.cluster.device.memory_reserved.value();
+    e.peak_memory_bytes = std::max(e.peak_memory_bytes, mem);
+  }
+  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+
+  // Pipeline: the slowest stage for every micro-batch, plus the others' fill and drain.
+  double tmax = 0, tsum = 0;
+  int slow = 0;
+  for (int st = 0; st < pp; ++st) {
+    const double t = F[st] + B[st];
+    if (t > tmax) {
+      tmax = t;
+      slow = st;
+    }
+    tsum += t;
+  }
+  double p2p = 0;
+  if (pp > 1) {
+    const double bytes = static_cast<double>(m_.hidden) * models::kActivationBytes * tok_.Tseq;
+    p2p = p2p_time(bytes, topo_.route(0, lay_.block)).value();
+  }
+  const double pipe = m * tmax + (tsum - tmax) / vpp + 2.0 * (pp - 1) * p2p;
+  // Data-parallel traffic and how much of it the last backward / first forward hides.
+  double dp_exposed = 0;
+  {
+    const double gb = p_.grad_reduce_in_bf16 ? 2.0 : 4.0;
+    auto coll = [&](GroupKind g, Collective c, double bytes) {
+      const GroupShape& sh = shape(g);
+      if (sh.size <= 1 || bytes <= 0) return 0.0;
+      const double buckets = std::max(1.0, std::ceil(bytes / gb / 40e6));
+      return buckets * collective_cost(c, bytes / buckets, sh).time.value();
+    };
+    const Collective red = p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce;
+    for (int st = 0; st < pp; ++st) {
+      const double rs = coll(GroupKind::Dp, red, pd[st] * gb) + coll(GroupKind::Edp, red, pe[st] * gb);
+      const double ag = p_.distributed_optimizer
+                            ? coll(GroupKind::Dp, Collective::AllGather, pd[st] * 2.0) +
+                                  coll(GroupKind::Edp, Collective::AllGather, pe[st] * 2.0)
+                            : 0.0;
+      const double rs_exp = p_.overlap_grad_reduce ? std::max(0.0, rs - B[st] / vpp) : rs;
+      const double ag_exp = p_.overlap_param_gather ? std::max(0.0, ag - F[st] / vpp) : ag;
+      dp_exposed = std::max(dp_exposed, rs_exp + ag_exp);
+    }
+  }
+  const double shard = p_.distributed_optimizer ? (pd[slow] / (p_.dp * p_.cp) + pe[slow] / lay_.edp) : pd[slow] + pe[slow];
+  const double opt = cm_.memory_bound(Bytes{34.0 * shard}).value();
+  e.step_s = pipe + dp_exposed + opt;
+  e.tokens_per_s = s_.training.tokens_per_step() / e.step_s;
+  e.mfu = w_.model_flops_per_token * e.tokens_per_s /
+          (static_cast<double>(s_.cluster.devices) * s_.cluster.device.mfu_peak(prec_).value());
+  // Where the time goes, for the "main bottleneck" column.
+  const double per_mb = F[0] + B[0];
+  const double frac_comm = per_mb > 0 ? comm_total / per_mb : 0.0;
+  e.compute_s = m * tmax * (1.0 - frac_comm);
+  e.exposed_comm_s = m * tmax * frac_comm;
+  e.bubble_s = pipe - m * tmax;
+  e.dp_exposed_s = dp_exposed;
+  double worst = e.compute_s;
+  e.bottleneck = "compute";
+  auto consider = [&](double v, const char* name) {
+    if (v > worst) {
+      worst = v;
+      e.bottleneck = name;
+    }
+  };
+  if (e.exposed_comm_s > 0) {
+    int best_cat = kTpComm;
+    for (int k = kTpComm; k <= kDpComm; ++k)
+      if (comm_cat[k] > comm_cat[best_cat]) best_cat = k;
+    consider(e.exposed_comm_s, best_cat == kEpComm ? "ep_comm" : best_cat == kCpComm ? "cp_comm" : "tp_comm");
+  }
+  consider(e.bubble_s, "bubble");
+  consider(e.dp_exposed_s, "dp_comm");
+  return e;
+}
+
 }  // namespace
 
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w) {
-  Lowering l(s, topo, w);
+  Lowering l(s, s.plan, topo, w);
   return l.run();
+}
+
+Estimator::Estimator(const Scenario& base, const topologies::Topology& topo, const models::Workload& w)
+    : base_(base), topo_(topo), w_(w), cache_(new EstimatorCache) {}
+
+Estimator::~Estimator() { delete cache_; }
+
+PlanEstimate Estimator::estimate(const Plan& plan) {
+  Lowering l(base_, plan, topo_, w_, &cache_->shapes);
+  return l.estimate(*cache_);
 }
 
 }  // namespace moesim::strategies

@@ -250,20 +250,35 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
   }
 }
 
-void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
-                   Diagnostics& diag) {
+namespace {
+struct Problem {
+  std::string pointer, value, constraint;
+};
+}  // namespace
+
+bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
+                Diagnostics* diag) {
+  // Messages are built only when there is somewhere to put them: a search checks many plans.
   const std::string P = "/parallelism";
-  auto err = [&](const std::string& key, double v, const std::string& constraint) {
-    diag.error(P + "/" + key, dstr(v), constraint);
+  bool ok = true;
+  auto fail = [&](auto&& make) {
+    ok = false;
+    if (diag != nullptr) {
+      Problem pr = make();
+      diag->error(std::move(pr.pointer), std::move(pr.value), std::move(pr.constraint));
+    }
   };
-  if (m.num_layers <= 0 || c.devices <= 0) return;  // already reported
+  auto keyed = [&](const std::string& key, double v, std::string constraint) {
+    return Problem{P + "/" + key, dstr(v), std::move(constraint)};
+  };
+  if (m.num_layers <= 0 || c.devices <= 0) return false;  // already reported
   // Virtual pipeline size from layers per virtual stage.
   if (p.vpp < 0) {
     const int lps = -p.vpp;
     const int total = m.num_layers + p.noop_layers;
     if (total % (p.pp * lps) != 0) {
-      err("num_layers_per_virtual_pipeline_stage", lps,
-          "must divide num_layers/pp = " + std::to_string(total) + "/" + std::to_string(p.pp));
+      fail([&] { return keyed("num_layers_per_virtual_pipeline_stage", lps,
+          "must divide num_layers/pp = " + std::to_string(total) + "/" + std::to_string(p.pp)); });
       p.vpp = 1;
     } else {
       p.vpp = total / (p.pp * lps);
@@ -273,84 +288,84 @@ void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, c
   const long long model_par = 1LL * p.tp * p.pp * p.cp;
   const bool dp_known = c.devices % model_par == 0;
   if (!dp_known) {
-    diag.error(P, "", "tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) + " x " +
+    fail([&] { return Problem{P, "", "tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) + " x " +
                           std::to_string(p.cp) + " = " + std::to_string(model_par) + " must divide the " +
-                          std::to_string(c.devices) + " devices (/cluster/devices)");
+                          std::to_string(c.devices) + " devices (/cluster/devices)"}; });
   } else {
     const int dp = static_cast<int>(c.devices / model_par);
     if (p.dp != 0 && p.dp != dp)
-      err("data_parallel_size", p.dp,
+      fail([&] { return keyed("data_parallel_size", p.dp,
           "must equal devices / (tp x pp x cp) = " + std::to_string(c.devices) + " / " + std::to_string(model_par) + " = " +
-              std::to_string(dp));
+              std::to_string(dp)); });
     p.dp = dp;
   }
   if (p.dp <= 0) p.dp = 1;
-  if (m.heads % p.tp != 0) err("tensor_model_parallel_size", p.tp, "must divide num_attention_heads=" + std::to_string(m.heads));
+  if (m.heads % p.tp != 0) fail([&] { return keyed("tensor_model_parallel_size", p.tp, "must divide num_attention_heads=" + std::to_string(m.heads)); });
   if (m.attention == models::AttentionKind::GQA && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    err("tensor_model_parallel_size", p.tp,
-        "must divide num_key_value_heads=" + std::to_string(m.kv_heads) + " (or be a multiple of it)");
+    fail([&] { return keyed("tensor_model_parallel_size", p.tp,
+        "must divide num_key_value_heads=" + std::to_string(m.kv_heads) + " (or be a multiple of it)"); });
   if (m.num_dense_layers() > 0 && m.ffn_hidden % p.tp != 0)
-    err("tensor_model_parallel_size", p.tp, "must divide intermediate_size=" + std::to_string(m.ffn_hidden));
+    fail([&] { return keyed("tensor_model_parallel_size", p.tp, "must divide intermediate_size=" + std::to_string(m.ffn_hidden)); });
   if (p.tp > 1 && !p.sequence_parallel && m.is_moe())
-    diag.error(P + "/sequence_parallel", "false", "must be true for MoE models with tp > 1 (Megatron requires it)");
+    fail([&] { return Problem{P + "/sequence_parallel", "false", "must be true for MoE models with tp > 1 (Megatron requires it)"}; });
   const long long seq_div = 1LL * (p.sequence_parallel ? p.tp : 1) * p.cp * (p.cp > 1 ? 2 : 1);
   if (t.seq_length % seq_div != 0)
-    diag.error("/training/seq_length", std::to_string(t.seq_length),
+    fail([&] { return Problem{"/training/seq_length", std::to_string(t.seq_length),
                "must be divisible by " + std::string(p.sequence_parallel ? "tp x " : "") + "cp" +
-                   (p.cp > 1 ? " x 2 (load-balanced context parallelism)" : "") + " = " + std::to_string(seq_div));
+                   (p.cp > 1 ? " x 2 (load-balanced context parallelism)" : "") + " = " + std::to_string(seq_div)}; });
   if (m.is_moe()) {
     const int ep = p.ep_size();
     const int etp = p.etp_size();
     if (m.num_experts % ep != 0)
-      err("expert_model_parallel_size", p.ep,
+      fail([&] { return keyed("expert_model_parallel_size", p.ep,
           "gives " + std::to_string(ep) + " expert-parallel ranks" + (p.moe_tp_extend_ep ? " (ep x tp with moe_tp_extend_ep)" : "") +
-              ", which must divide num_experts=" + std::to_string(m.num_experts));
+              ", which must divide num_experts=" + std::to_string(m.num_experts)); });
     if (m.expert_ffn_hidden % etp != 0) {
       if (p.etp == 0)
-        err("tensor_model_parallel_size", p.tp,
+        fail([&] { return keyed("tensor_model_parallel_size", p.tp,
             "is also the expert tensor-parallel size by default (Megatron), and must divide the expert FFN width " +
-                std::to_string(m.expert_ffn_hidden) + "; set expert_tensor_parallel_size or moe_tp_extend_ep");
+                std::to_string(m.expert_ffn_hidden) + "; set expert_tensor_parallel_size or moe_tp_extend_ep"); });
       else
-        err("expert_tensor_parallel_size", etp, "must divide the expert FFN width " + std::to_string(m.expert_ffn_hidden));
+        fail([&] { return keyed("expert_tensor_parallel_size", etp, "must divide the expert FFN width " + std::to_string(m.expert_ffn_hidden)); });
     }
     const long long block = 1LL * p.tp * p.cp * p.dp;
     if (dp_known && block % (1LL * ep * etp) != 0)
-      err("expert_model_parallel_size", p.ep,
-          "ep x etp = " + std::to_string(1LL * ep * etp) + " must divide tp x cp x dp = " + std::to_string(block));
+      fail([&] { return keyed("expert_model_parallel_size", p.ep,
+          "ep x etp = " + std::to_string(1LL * ep * etp) + " must divide tp x cp x dp = " + std::to_string(block)); });
     if (p.moe_tp_extend_ep && p.etp != 0 && p.etp != 1)
-      err("expert_tensor_parallel_size", p.etp, "must be 1 (or absent) with moe_tp_extend_ep");
+      fail([&] { return keyed("expert_tensor_parallel_size", p.etp, "must be 1 (or absent) with moe_tp_extend_ep"); });
   } else if (p.ep != 1) {
-    err("expert_model_parallel_size", p.ep, "must be 1 for a dense model");
+    fail([&] { return keyed("expert_model_parallel_size", p.ep, "must be 1 for a dense model"); });
   }
   const long long per_step = 1LL * p.mbs * p.dp;
   if (!dp_known) {
     p.num_microbatches = 1;
   } else if (t.global_batch_size % per_step != 0) {
-    diag.error("/training/global_batch_size", std::to_string(t.global_batch_size),
+    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "must be a multiple of micro_batch_size x dp = " + std::to_string(p.mbs) + " x " + std::to_string(p.dp) +
-                   " = " + std::to_string(per_step));
+                   " = " + std::to_string(per_step)}; });
   } else {
     p.num_microbatches = static_cast<int>(t.global_batch_size / per_step);
   }
   if (p.num_microbatches <= 0) p.num_microbatches = 1;
-  if (p.vpp > 1 && p.pp == 1) err("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1");
+  if (p.vpp > 1 && p.pp == 1) fail([&] { return keyed("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1"); });
   if (p.vpp > 1 && p.num_microbatches % p.pp != 0)
-    diag.error("/training/global_batch_size", std::to_string(t.global_batch_size),
+    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) +
-                   " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp));
+                   " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp)}; });
   // Layer partition over virtual stages.
   const int vs = p.pp * p.vpp;
   const int slots = m.num_layers + p.noop_layers;
   if (p.partition == "explicit") {
     if (static_cast<int>(p.layers_per_stage.size()) != vs) {
-      diag.error(P + "/pipeline_layer_partition", std::to_string(p.layers_per_stage.size()) + " entries",
-                 "must have pp x vpp = " + std::to_string(vs) + " entries");
+      fail([&] { return Problem{P + "/pipeline_layer_partition", std::to_string(p.layers_per_stage.size()) + " entries",
+                 "must have pp x vpp = " + std::to_string(vs) + " entries"}; });
     } else {
       int sum = 0;
       for (int x : p.layers_per_stage) sum += x;
       if (sum != m.num_layers)
-        diag.error(P + "/pipeline_layer_partition", "sum " + std::to_string(sum),
-                   "must add up to num_hidden_layers=" + std::to_string(m.num_layers));
+        fail([&] { return Problem{P + "/pipeline_layer_partition", "sum " + std::to_string(sum),
+                   "must add up to num_hidden_layers=" + std::to_string(m.num_layers)}; });
     }
   } else if (p.partition == "even") {
     int rest = slots;
@@ -364,18 +379,28 @@ void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, c
       --stages;
     }
     if (stages <= 0 || rest < 0 || rest % stages != 0)
-      diag.error(P, "", "an even split of " + std::to_string(slots) + " layers (" + std::to_string(m.num_layers) +
+      fail([&] { return Problem{P, "", "an even split of " + std::to_string(slots) + " layers (" + std::to_string(m.num_layers) +
                             " + " + std::to_string(p.noop_layers) + " noop) over pp x vpp = " + std::to_string(vs) +
                             " virtual stages does not divide" +
                             (p.first_stage_layers >= 0 || p.last_stage_layers >= 0 ? " after the first/last stage counts" : "") +
-                            "; use pipeline_layer_partition \"auto\" or give decoder_first/last_pipeline_num_layers");
+                            "; use pipeline_layer_partition \"auto\" or give decoder_first/last_pipeline_num_layers"}; });
   } else if (slots + 2 < vs) {
     // The automatic partition may leave the first and last virtual stages with only the
     // embedding or the loss (Megatron's account_for_embedding/loss_in_pipeline_split).
-    diag.error(P + "/pipeline_model_parallel_size", std::to_string(p.pp),
+    fail([&] { return Problem{P + "/pipeline_model_parallel_size", std::to_string(p.pp),
                "x vpp=" + std::to_string(p.vpp) + " gives " + std::to_string(vs) + " virtual stages, more than the " +
-                   std::to_string(m.num_layers) + " layers plus the embedding and loss stages");
+                   std::to_string(m.num_layers) + " layers plus the embedding and loss stages"}; });
   }
+  return ok;
+}
+
+void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
+                   Diagnostics& diag) {
+  check_plan(p, t, m, c, &diag);
+}
+
+bool plan_is_valid(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c) {
+  return check_plan(p, t, m, c, nullptr);
 }
 
 Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir) {

@@ -110,6 +110,8 @@ Scenario load_scenario_file(const std::string& path, const std::vector<std::stri
 /// and the number of micro-batches. Problems go to `diag` (JSON paths under /parallelism).
 void validate_plan(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
                    Diagnostics& diag);
+/// The same checks without messages (fast; for searches). Derives dp and micro-batches too.
+bool plan_is_valid(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c);
 
 /// Parses a Megatron / MindSpeed command line into parallelism and training keys.
 void apply_megatron_args(const std::string& args, nlohmann::json& parallelism, nlohmann::json& training,
