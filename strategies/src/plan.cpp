@@ -451,6 +451,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     r.finish();
   }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
+  root.has({"search"});  // read by parse_search_space when searching
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
   if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())
@@ -472,21 +473,22 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
     {"dp", "data_parallel_size"},            {"mbs", "micro_batch_size"},
 };
 
-/// `--set parallelism.ep=8` on a scenario that spells the key out overrides that key (and the
-/// other way round) instead of creating a second spelling of it.
+/// `--set parallelism.ep=8` (or `search.ep=[8,16]`) on a scenario that spells the key out
+/// overrides that key (and the other way round) instead of creating a second spelling of it.
 std::string canonical_override(const nlohmann::json& doc, const std::string& assignment) {
-  const std::string prefix = "parallelism.";
-  if (assignment.rfind(prefix, 0) != 0 || !doc.contains("parallelism") || !doc["parallelism"].is_object())
-    return assignment;
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos) return assignment;
-  const std::string key = assignment.substr(prefix.size(), eq - prefix.size());
-  const auto& par = doc["parallelism"];
-  for (auto [alias, full] : kAliases) {
-    if (key == alias && !par.contains(key) && par.contains(full))
-      return prefix + std::string(full) + assignment.substr(eq);
-    if (key == full && !par.contains(key) && par.contains(alias))
-      return prefix + std::string(alias) + assignment.substr(eq);
+  for (const std::string section : {"parallelism", "search"}) {
+    const std::string prefix = section + ".";
+    if (assignment.rfind(prefix, 0) != 0 || !doc.contains(section) || !doc[section].is_object()) continue;
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos) return assignment;
+    const std::string key = assignment.substr(prefix.size(), eq - prefix.size());
+    const auto& sec = doc[section];
+    for (auto [alias, full] : kAliases) {
+      if (key == alias && !sec.contains(key) && sec.contains(full))
+        return prefix + std::string(full) + assignment.substr(eq);
+      if (key == full && !sec.contains(key) && sec.contains(alias))
+        return prefix + std::string(alias) + assignment.substr(eq);
+    }
   }
   return assignment;
 }

@@ -1,13 +1,16 @@
 // moesim — command-line interface (see docs: INTERFACE.md contract v1).
 //
 //   moesim simulate SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--fidelity F]
+//   moesim search   SCENARIO [--set KEY=VALUE ...] [--top K] [--threads N] [--format table|json|csv] [--out FILE] [--resume]
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
 //   moesim presets  [models|devices|clusters]
 //
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
 
+#include <chrono>
 #include <cstdio>
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -105,6 +108,42 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets, 
   return 0;
 }
 
+int cmd_search(const std::string& path, const std::vector<std::string>& sets, const std::string& format, int top,
+               int threads, const std::string& out, bool resume, bool no_wall_time) {
+  const strategies::Scenario s = strategies::load_scenario_file(path, sets);
+  const strategies::SearchSpace space = strategies::parse_search_space(s);
+  strategies::SearchOptions opt;
+  opt.threads = threads;
+  opt.out_file = out;
+  opt.resume = resume;
+  if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown
+  const bool tty = isatty(fileno(stderr)) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tty) {
+    opt.progress = [t0](const char* phase, std::size_t done, std::size_t total) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = el > 0 ? done / el : 0;
+      const double eta = rate > 0 ? (total - done) / rate : 0;
+      const int width = 30;
+      const int filled = total ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\r%-10s [%s%s] %zu/%zu  %.0f/s  ETA %.0f s   ", phase, std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), done, total, rate, eta);
+      std::fflush(stderr);
+    };
+  }
+  const strategies::SearchReport rep = strategies::search(s, space, opt);
+  if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  const int shown = top > 0 ? top : 10;
+  if (format == "json") std::cout << strategies::to_json(rep, shown).dump(2) << "\n";
+  else if (format == "csv") std::cout << strategies::to_csv(rep, shown);
+  else std::cout << tools::format_search_table(rep, s, shown, !no_wall_time);
+  if (rep.ranked.empty()) {
+    std::cerr << "moesim search: no plan of the space fits in memory\n";
+    return 3;
+  }
+  return 0;
+}
+
 int cmd_presets(const std::string& which) {
   auto print = [](const char* title, const std::vector<std::string>& names) {
     std::cout << title << ":\n";
@@ -140,8 +179,20 @@ int main(int argc, char** argv) {
   check->add_option("SCENARIO", scenario, "scenario JSON file, or - for standard input")->required();
   check->add_option("--set", sets, "override a scenario key by its dotted path");
 
-  std::string out_md, out_json, only;
-  bool progress = false;
+  std::string out_md, out_json, only, out_lines;
+  bool progress = false, resume = false;
+  int top = 10, threads = 0;
+  auto* srch = app.add_subcommand("search", "find the best parallel strategy for a scenario");
+  srch->add_option("SCENARIO", scenario, "scenario JSON file (its \"search\" section narrows or widens the space)")
+      ->required();
+  srch->add_option("--set", sets, "override a scenario key: --set search.tp=[4,8]");
+  srch->add_option("--top", top, "plans to show (and at least as many to event-simulate)")->check(CLI::Range(1, 100000));
+  srch->add_option("--threads", threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  srch->add_option("--format", format, "output format")->check(CLI::IsMember({"table", "json", "csv"}));
+  srch->add_option("--out", out_lines, "stream one JSON line per simulated plan to this file");
+  srch->add_flag("--resume", resume, "reuse the results already in --out and continue");
+  srch->add_flag("--no-wall-time", no_wall_time, "omit timings (byte-identical output)");
+
   auto* val = app.add_subcommand("validate", "compare moesim with measured training runs (calibration_cases.json format)");
   val->add_option("CASES", scenario, "cases JSON file")->required();
   val->add_option("--set", sets, "override a key in every case's scenario");
@@ -165,6 +216,7 @@ int main(int argc, char** argv) {
   try {
     if (*sim) return cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time);
     if (*check) return cmd_check(scenario, sets);
+    if (*srch) return cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
     if (*val) return cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
     if (*presets) return cmd_presets(which);
   } catch (const ConfigError& e) {

@@ -108,3 +108,60 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
 }
 
 }  // namespace moesim::tools
+
+namespace moesim::tools {
+
+std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
+  std::string t = fmt::format("TP{} PP{}", p.tp, p.pp);
+  if (p.vpp > 1) t += fmt::format(" VPP{}", p.vpp);
+  if (m.is_moe()) {
+    t += p.moe_tp_extend_ep ? fmt::format(" EP{}x{}", p.ep, p.tp) : fmt::format(" EP{}", p.ep);
+    if (!p.moe_tp_extend_ep && p.etp_size() > 1) t += fmt::format(" ETP{}", p.etp_size());
+  }
+  if (p.cp > 1) t += fmt::format(" CP{}", p.cp);
+  t += fmt::format(" DP{} mbs{}", p.dp, p.mbs);
+  switch (p.recompute) {
+    case strategies::Recompute::None: t += " rc:none"; break;
+    case strategies::Recompute::Full: t += " rc:full"; break;
+    case strategies::Recompute::Selective: t += " rc:sel"; break;
+  }
+  if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) t += " h-a2a";
+  if (p.tp_comm_overlap) t += " tp-ovl";
+  return t;
+}
+
+std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
+                                bool wall_time) {
+  std::string o;
+  o += fmt::format("moesim {} search: {} on {} x {} ({}), seq {}, global batch {}, {}\n", strategies::kVersion,
+                   s.model_name, s.cluster.devices, s.cluster.device.name, s.cluster.name, s.training.seq_length,
+                   s.training.global_batch_size, models::precision_name(s.training.precision));
+  o += fmt::format("space {:.0f} plans, {} divide, {} estimated to fit; {} event-simulated{}; objective {}\n\n",
+                   r.space_size, r.valid, r.screened_fit, r.simulated,
+                   r.resumed ? fmt::format(" (+{} resumed)", r.resumed) : std::string(), objective_name(r.objective));
+  o += fmt::format("  {:>4}  {:<44} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
+                   "step s", "free GiB", "bottleneck", "est. s");
+  for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
+    const auto& p = r.ranked[i];
+    o += fmt::format("  {:>4}  {:<44} {:>11.0f} {:>5.1f}% {:>8.3f} {:>9.1f}  {:<10} {:>8.3f}\n", i + 1,
+                     short_plan(p.plan, s.model), p.tokens_per_s, 100 * p.mfu, p.step_time_s,
+                     p.headroom_bytes / (1024.0 * 1024 * 1024), p.bottleneck, p.estimate.step_s);
+  }
+  if (r.ranked.empty()) o += "  (no simulated plan fits in memory)\n";
+  o += "\n  Pareto set, throughput vs memory headroom:\n";
+  for (const auto& p : r.pareto)
+    o += fmt::format("        {:<44} {:>11.0f} tokens/s, {:>6.1f} GiB free\n", short_plan(p.plan, s.model), p.tokens_per_s,
+                     p.headroom_bytes / (1024.0 * 1024 * 1024));
+  if (!r.ranked.empty()) {
+    o += "\n  best plan, as a \"parallelism\" section:\n  " + r.ranked.front().plan_json.dump() + "\n";
+  }
+  if (!r.infeasible.empty())
+    o += fmt::format("\n  {} simulated plans exceeded memory (the estimate is approximate) and are not ranked\n",
+                     r.infeasible.size());
+  if (wall_time)
+    o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {} threads), simulation {:.2f} s\n", r.screening_s,
+                     r.valid / std::max(1e-9, r.screening_s), r.threads, r.simulation_s);
+  return o;
+}
+
+}  // namespace moesim::tools

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "moesim/strategies/search.hpp"
 #include "moesim/strategies/simulate.hpp"
 
 namespace moesim::tools {
@@ -13,5 +14,10 @@ namespace moesim::tools {
 std::string format_plan_line(const strategies::Scenario& s);
 /// The result table printed by `moesim simulate`.
 std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time);
+/// The ranking printed by `moesim search`.
+std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
+                                bool wall_time);
+/// A short plan description: "TP8 PP16 VPP2 EP4x(32) mbs2 selective ...".
+std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m);
 
 }  // namespace moesim::tools

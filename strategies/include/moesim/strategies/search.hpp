@@ -1,0 +1,108 @@
+#pragma once
+// Strategy search: every plan of a space is checked for divisibility, screened with the fast
+// estimator (same operator, collective and memory models, no events), and the best K are
+// event-simulated and ranked by the objective.
+//
+//   Scenario s = load_scenario_file("scenarios/pangu-ultra-moe-718b.json", {});
+//   SearchSpace space = parse_search_space(s);          // the scenario's "search" section
+//   SearchReport r = search(s, space, {.threads = 2});
+//   r.ranked[0].plan_json;                               // paste back as "parallelism"
+//
+// Determinism: plans are enumerated in a fixed order, every estimate and simulation is a pure
+// function of its plan, ties break on the plan key, and which plans get simulated does not
+// depend on the thread count — so the ranking is identical for any number of threads.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moesim/strategies/lower.hpp"
+#include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/simulate.hpp"
+
+namespace moesim::strategies {
+
+enum class Objective : std::uint8_t { TokensPerSecond, Mfu, TimeToTrain, Cost };
+const char* objective_name(Objective o);
+
+/// One recomputation choice of the space.
+struct RecomputeChoice {
+  Recompute granularity = Recompute::None;
+  std::uint32_t modules = 0;  ///< selective modules
+  std::string name;           ///< "none", "selective", "full", or "selective:mla_up_proj+moe_act"
+};
+
+struct SearchSpace {
+  std::vector<int> tp, pp, vpp, ep, etp, cp, mbs;
+  std::vector<bool> tp_extend_ep, distributed_optimizer, tp_comm_overlap, overlap_dp;
+  std::vector<AllToAllAlgo> alltoall;
+  std::vector<RecomputeChoice> recompute;
+  Objective objective = Objective::TokensPerSecond;
+  double train_tokens = 0;        ///< for time_to_train / cost (0: not given)
+  int top_k = 32;
+  Fidelity fidelity = Fidelity::Balanced;
+  double max_plans = 20e6;        ///< refuse larger spaces (with an estimate and advice)
+  [[nodiscard]] double size() const;
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+/// Reads the scenario's "search" section (absent axes take automatic values derived from the
+/// model and cluster). Throws ConfigError naming the axis that leaves no valid plan or makes
+/// the space too large.
+SearchSpace parse_search_space(const Scenario& s);
+
+struct SearchOptions {
+  int threads = 0;          ///< 0: all cores
+  int top_k = 0;            ///< 0: the space's top_k
+  std::string out_file;     ///< one JSON line per simulated plan
+  bool resume = false;      ///< reuse the results already in out_file
+  /// Progress: (phase, done, total). Called from the calling thread.
+  std::function<void(const char*, std::size_t, std::size_t)> progress;
+};
+
+struct RankedPlan {
+  std::string key;
+  Plan plan;
+  nlohmann::json plan_json;  ///< in the scenario's "parallelism" form
+  PlanEstimate estimate;
+  bool simulated = false;
+  bool resumed = false;
+  // Simulation summary.
+  bool feasible = true;
+  std::string infeasible_reason;
+  double step_time_s = 0, tokens_per_s = 0, mfu = 0, peak_memory_bytes = 0, headroom_bytes = 0;
+  Breakdown breakdown;
+  std::string bottleneck;
+  double objective = 0;  ///< larger is better (time and cost are negated)
+};
+
+struct SearchReport {
+  double space_size = 0;
+  std::size_t valid = 0;          ///< plans that divide
+  std::size_t screened = 0;       ///< estimated
+  std::size_t screened_fit = 0;   ///< estimated to fit in memory
+  std::size_t simulated = 0;      ///< event simulations run now
+  std::size_t resumed = 0;        ///< results reused from the out file
+  std::vector<RankedPlan> ranked;  ///< simulated, feasible, best first
+  std::vector<RankedPlan> pareto;  ///< throughput vs memory headroom
+  std::vector<RankedPlan> infeasible;  ///< simulated but over memory
+  double screening_s = 0, simulation_s = 0;
+  int threads = 1;
+  Objective objective = Objective::TokensPerSecond;
+};
+
+SearchReport search(const Scenario& base, const SearchSpace& space, const SearchOptions& opt);
+
+/// Canonical key of a plan (also the deterministic tie-break).
+std::string plan_key(const Plan& p, const std::string& recompute_name);
+/// The plan in the scenario's "parallelism" form.
+nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m);
+
+nlohmann::json to_json(const SearchReport& r, int top);
+std::string to_csv(const SearchReport& r, int top);
+
+}  // namespace moesim::strategies
