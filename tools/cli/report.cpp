@@ -139,25 +139,25 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
   o += fmt::format("space {:.0f} plans, {} divide, {} estimated to fit; {} event-simulated{}; objective {}\n\n",
                    r.space_size, r.valid, r.screened_fit, r.simulated,
                    r.resumed ? fmt::format(" (+{} resumed)", r.resumed) : std::string(), objective_name(r.objective));
-  o += fmt::format("  {:>4}  {:<44} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
+  o += fmt::format("  {:>4}  {:<50} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
                    "step s", "free GiB", "bottleneck", "est. s");
   for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const auto& p = r.ranked[i];
-    o += fmt::format("  {:>4}  {:<44} {:>11.0f} {:>5.1f}% {:>8.3f} {:>9.1f}  {:<10} {:>8.3f}\n", i + 1,
+    o += fmt::format("  {:>4}  {:<50} {:>11.0f} {:>5.1f}% {:>8.3f} {:>9.1f}  {:<10} {:>8.3f}\n", i + 1,
                      short_plan(p.plan, s.model), p.tokens_per_s, 100 * p.mfu, p.step_time_s,
                      p.headroom_bytes / (1024.0 * 1024 * 1024), p.bottleneck, p.estimate.step_s);
   }
   if (r.ranked.empty()) o += "  (no simulated plan fits in memory)\n";
   o += "\n  Pareto set, throughput vs memory headroom:\n";
   for (const auto& p : r.pareto)
-    o += fmt::format("        {:<44} {:>11.0f} tokens/s, {:>6.1f} GiB free\n", short_plan(p.plan, s.model), p.tokens_per_s,
+    o += fmt::format("        {:<50} {:>11.0f} tokens/s, {:>6.1f} GiB free\n", short_plan(p.plan, s.model), p.tokens_per_s,
                      p.headroom_bytes / (1024.0 * 1024 * 1024));
   if (!r.ranked.empty()) {
     o += "\n  best plan, as a \"parallelism\" section:\n  " + r.ranked.front().plan_json.dump() + "\n";
   }
   if (!r.infeasible.empty())
-    o += fmt::format("\n  {} simulated plans exceeded memory (the estimate is approximate) and are not ranked\n",
-                     r.infeasible.size());
+    o += fmt::format("\n  {} simulated plan{} exceeded memory (the screening estimate is approximate); not ranked\n",
+                     r.infeasible.size(), r.infeasible.size() == 1 ? "" : "s");
   if (wall_time)
     o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {} threads), simulation {:.2f} s\n", r.screening_s,
                      r.valid / std::max(1e-9, r.screening_s), r.threads, r.simulation_s);
