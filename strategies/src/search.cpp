@@ -392,16 +392,7 @@ nlohmann::json result_json(const RankedPlan& r) {
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"headroom_bytes", r.headroom_bytes},
           {"bottleneck", r.bottleneck},
-          {"breakdown_s",
-           {{"compute", r.breakdown.compute},
-            {"tp_comm", r.breakdown.tp_comm},
-            {"cp_comm", r.breakdown.cp_comm},
-            {"ep_comm", r.breakdown.ep_comm},
-            {"pp_comm", r.breakdown.pp_comm},
-            {"dp_comm", r.breakdown.dp_comm},
-            {"bubble", r.breakdown.bubble},
-            {"imbalance_wait", r.breakdown.imbalance_wait},
-            {"other", r.breakdown.other}}}};
+          {"breakdown_s", to_json(r.breakdown)}};
 }
 
 }  // namespace
@@ -555,16 +546,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
       r.peak_memory_bytes = res.value("peak_memory_bytes", 0.0);
       r.headroom_bytes = res.value("headroom_bytes", 0.0);
       r.bottleneck = res.value("bottleneck", "");
-      const auto& b = res["breakdown_s"];
-      r.breakdown.compute = b.value("compute", 0.0);
-      r.breakdown.tp_comm = b.value("tp_comm", 0.0);
-      r.breakdown.cp_comm = b.value("cp_comm", 0.0);
-      r.breakdown.ep_comm = b.value("ep_comm", 0.0);
-      r.breakdown.pp_comm = b.value("pp_comm", 0.0);
-      r.breakdown.dp_comm = b.value("dp_comm", 0.0);
-      r.breakdown.bubble = b.value("bubble", 0.0);
-      r.breakdown.imbalance_wait = b.value("imbalance_wait", 0.0);
-      r.breakdown.other = b.value("other", 0.0);
+      if (res.contains("breakdown_s")) r.breakdown = breakdown_from_json(res["breakdown_s"]);
       r.simulated = true;
       r.resumed = true;
       previous[r.key] = r;

@@ -235,6 +235,26 @@ Simulation simulate(const Scenario& s) {
   return out;
 }
 
+nlohmann::json to_json(const Breakdown& b) {
+  return {{"compute", b.compute}, {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
+          {"ep_comm", b.ep_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
+          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"other", b.other}};
+}
+
+Breakdown breakdown_from_json(const nlohmann::json& j) {
+  Breakdown b;
+  b.compute = j.value("compute", 0.0);
+  b.tp_comm = j.value("tp_comm", 0.0);
+  b.cp_comm = j.value("cp_comm", 0.0);
+  b.ep_comm = j.value("ep_comm", 0.0);
+  b.pp_comm = j.value("pp_comm", 0.0);
+  b.dp_comm = j.value("dp_comm", 0.0);
+  b.bubble = j.value("bubble", 0.0);
+  b.imbalance_wait = j.value("imbalance_wait", 0.0);
+  b.other = j.value("other", 0.0);
+  return b;
+}
+
 nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time) {
   using nlohmann::json;
   json j = json::object();
@@ -252,11 +272,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   json stages = json::array();
   for (const StageResult& st : r.stages) {
     const MemoryBreakdown& m = st.memory;
-    json bd = {{"compute", st.breakdown.compute},   {"tp_comm", st.breakdown.tp_comm},
-               {"cp_comm", st.breakdown.cp_comm},   {"ep_comm", st.breakdown.ep_comm},
-               {"pp_comm", st.breakdown.pp_comm},   {"dp_comm", st.breakdown.dp_comm},
-               {"bubble", st.breakdown.bubble},     {"imbalance_wait", st.breakdown.imbalance_wait},
-               {"other", st.breakdown.other}};
+    const json bd = to_json(st.breakdown);
     stages.push_back({{"stage", st.stage},
                       {"chunks", st.chunks},
                       {"decoder_layers", st.decoder_layers},
@@ -275,11 +291,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
                  {"capacity_bytes_per_device", r.capacity_bytes},
                  {"fits", r.memory_fits},
                  {"per_stage", stages}};
-  j["breakdown_s"] = {{"compute", r.breakdown.compute},   {"tp_comm", r.breakdown.tp_comm},
-                      {"cp_comm", r.breakdown.cp_comm},   {"ep_comm", r.breakdown.ep_comm},
-                      {"pp_comm", r.breakdown.pp_comm},   {"dp_comm", r.breakdown.dp_comm},
-                      {"bubble", r.breakdown.bubble},     {"imbalance_wait", r.breakdown.imbalance_wait},
-                      {"other", r.breakdown.other}};
+  j["breakdown_s"] = to_json(r.breakdown);
   j["recompute_s"] = r.breakdown.recompute;
   j["comm_overlap_fraction"] = r.comm_overlap_fraction;
   j["comm_s_per_device"] = r.comm_seconds_per_device;

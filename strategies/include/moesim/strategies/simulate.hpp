@@ -95,6 +95,10 @@ struct Simulation {
 
 Simulation simulate(const Scenario& s);
 
+/// The breakdown as {"compute": s, "tp_comm": s, ...} and back.
+nlohmann::json to_json(const Breakdown& b);
+Breakdown breakdown_from_json(const nlohmann::json& j);
+
 /// The result as INTERFACE.md's JSON object. `include_wall_time = false` omits the one
 /// non-deterministic field, making the output byte-identical across runs.
 nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time = true);
