@@ -125,6 +125,36 @@ Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double bat
   return std::max(compute, memory) + d.kernel_overhead;
 }
 
+Seconds ComputeModel::grouped_gemm(const std::vector<double>& m, const std::vector<double>& k, double n,
+                                   Precision p) const {
+  const DeviceSpec& d = *d_;
+  const double peak_eff =
+      p == Precision::FP8 && d.gemm_fp8_efficiency > 0 ? d.gemm_fp8_efficiency : d.gemm_peak_efficiency;
+  double flops = 0, k_weighted = 0, bytes = 0, useful = 0;
+  const double elem = p == Precision::FP8 ? 1.0 : 2.0;
+  for (std::size_t g = 0; g < m.size(); ++g) {
+    if (m[g] <= 0 || k[g] <= 0 || n <= 0) continue;
+    const double f = 2.0 * m[g] * n * k[g];
+    flops += f;
+    k_weighted += f * (k[g] / (k[g] + d.gemm_k_overhead));  // FLOP-weighted K term
+    bytes += (m[g] * k[g] + k[g] * n) * elem + m[g] * n * 2.0;
+    useful += m[g] * n;
+  }
+  if (flops <= 0) return Seconds{0};
+  double best = 0;
+  for (const GemmTile& t : d.gemm_tiles) {
+    double tiles = 0;
+    for (std::size_t g = 0; g < m.size(); ++g)
+      if (m[g] > 0 && k[g] > 0) tiles += std::ceil(m[g] / t.m) * std::ceil(n / t.n);
+    const double waves = std::ceil(tiles / d.compute_units);
+    best = std::max(best, useful / (waves * d.compute_units * t.m * t.n));
+  }
+  const double eff = peak_eff * best * (k_weighted / flops);
+  const Seconds compute = Flops{flops} / (d.peak(p) * eff);
+  const Seconds memory = Bytes{bytes} / (d.hbm_bandwidth * d.hbm_efficiency);
+  return std::max(compute, memory) + d.kernel_overhead;
+}
+
 Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, double d_v, bool causal,
                                 double bwd_factor, Precision p) const {
   const bool backward = bwd_factor > 0;

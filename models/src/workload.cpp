@@ -237,16 +237,19 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   up.matrices = e;
   up.params = e * h * 2 * f;
   up.rerun_tag = recompute::kMoe;
+  up.expert_part = 1;
   ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe));
   Op act = vec(p + "expert_act", Region::Expert, 3.0 * f * B);
   act.tokens_factor = k;
   act.split = Split::Column;
   act.rerun_tag = recompute::kMoe | recompute::kActivation;
+  act.expert_part = 2;
   ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe));
   Op down = gemm(p + "expert_down", Region::Expert, Split::Row, f, h);
   down.tokens_factor = k;
   down.matrices = e;
   down.params = e * f * h;
+  down.expert_part = 3;
   ops.push_back(saving(down, f * B, SavedLayout::Expert, recompute::kMoe | recompute::kActivation));
   ops.push_back(comm(p + "combine", Comm::EpCombine, k * h * B));
   // Weighted sum of the k expert outputs; backward needs them and the routing weights.

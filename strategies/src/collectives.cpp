@@ -210,6 +210,60 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
   return c;
 }
 
+CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, const std::vector<int>& node,
+                              const GroupShape& g, Algorithm algo, double dedup) {
+  CollectiveCost c;
+  const std::size_t p = bytes.size();
+  if (p <= 1) return c;
+  const int k = g.per_node, m = g.nodes;
+  const double intra_capacity = g.mesh ? g.intra_bandwidth * std::max(1, k - 1) : g.intra_bandwidth;
+  // Slot of each member inside its server (rail index): phase 1 of the hierarchical scheme
+  // lands a server's share on the same-slot member, phase 2 forwards the rest.
+  std::vector<int> slot(p, 0);
+  {
+    std::map<int, int> seen;
+    for (std::size_t i = 0; i < p; ++i) slot[i] = seen[node[i]]++;
+  }
+  std::vector<double> tx_in(p, 0), tx_out(p, 0), rx_in(p, 0), rx_out(p, 0), rx_phase2(p, 0);
+  for (std::size_t i = 0; i < p; ++i)
+    for (std::size_t j = 0; j < p; ++j) {
+      if (i == j) continue;
+      const double b = bytes[i][j];
+      if (!(node[i] != node[j] && slot[i] == slot[j])) rx_phase2[j] += b;
+      if (node[i] == node[j]) {
+        tx_in[i] += b;
+        rx_in[j] += b;
+      } else {
+        tx_out[i] += b;
+        rx_out[j] += b;
+      }
+    }
+  auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  const double inter_peak = std::max(max_of(tx_out), max_of(rx_out));
+  const double intra_peak = std::max(max_of(tx_in), max_of(rx_in));
+  const bool hier = (algo == Algorithm::HierarchicalAllToAll) && m > 1 && k > 1;
+  double t = 0;
+  if (!hier) {
+    const double lat = (k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency;
+    t = lat + std::max(intra_peak > 0 ? intra_peak / intra_capacity : 0.0,
+                       inter_peak > 0 ? inter_peak / g.inter_bandwidth : 0.0);
+    c.algorithm = Algorithm::Pairwise;
+    c.inter_bytes = max_of(tx_out);
+    c.intra_bytes = max_of(tx_in);
+  } else {
+    // Phase 1 across servers (deduplicated), phase 2 inside: a member receives from its server
+    // peers everything addressed to it that neither it nor its rail peers already hold.
+    const double t1 = (m - 1) * g.inter_latency + inter_peak * dedup / g.inter_bandwidth;
+    const double t2 = (k - 1) * g.intra_latency + max_of(rx_phase2) / intra_capacity;
+    t = t1 + t2;
+    c.algorithm = Algorithm::HierarchicalAllToAll;
+    c.inter_bytes = max_of(tx_out) * dedup;
+    c.intra_bytes = max_of(rx_phase2);
+  }
+  c.time = Seconds{t};
+  return c;
+}
+
 Seconds p2p_time(double bytes, const topologies::Route& r) {
   if (bytes <= 0 || r.hops.empty()) return Seconds{0};
   return Seconds{r.latency + bytes / r.bottleneck_bandwidth};

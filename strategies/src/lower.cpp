@@ -7,6 +7,8 @@
 #include <numeric>
 
 #include "moesim/models/device.hpp"
+#include "moesim/models/routing.hpp"
+#include "moesim/sim/random.hpp"
 
 namespace moesim::strategies {
 
@@ -63,6 +65,16 @@ const char* group_name(GroupKind g) {
   return "?";
 }
 
+/// Steps whose duration follows the routing (per rank, micro-batch and layer).
+enum class Role : std::uint8_t {
+  None,
+  ExpertFwd,     ///< routed-expert GEMM / activation forward (also when recomputed)
+  ExpertDgrad,   ///< data gradient (activation: its backward)
+  ExpertWgrad,   ///< weight gradient
+  ToExperts,     ///< all-to-all carrying token copies to the experts' ranks
+  FromExperts,   ///< all-to-all carrying expert outputs back
+};
+
 struct Step {
   Tick duration = 0;
   sim::Category cat = kCompute;
@@ -72,6 +84,9 @@ struct Step {
   int dep0 = -1;  ///< earlier step of the same program, or -1: the program's input
   int dep1 = -1;
   double flops = 0;
+  Role role = Role::None;
+  std::int16_t moe_layer = -1;      ///< MoE layer ordinal for routing-dependent steps
+  const models::Op* op = nullptr;   ///< the expert operator, for routing-dependent steps
 };
 
 struct Program {
@@ -329,6 +344,14 @@ class Lowering {
 
   void emit_attention(const Op& op, const std::string& label, Builder& b, bool backward, sim::Category cat,
                       ItemProgram& ip, int count);
+  /// Marks step `i` of a program as depending on the routing (expert work, all-to-all).
+  void tag(Builder& b, int i, Role role, const Op* op) const {
+    if (i < 0 || current_moe_layer_ < 0) return;
+    Step& st = b.p.steps[static_cast<std::size_t>(i)];
+    st.role = role;
+    st.moe_layer = static_cast<std::int16_t>(current_moe_layer_);
+    st.op = op;
+  }
   /// A tensor-parallel collective; with `tp_comm_overlap` it runs beside the neighbouring GEMM.
   void emit_tp(Builder& b, Collective kind, double bytes, const std::string& label, int count, bool before_gemm);
   [[nodiscard]] Seconds fp8_cast(double elements) const {
@@ -398,6 +421,39 @@ class Lowering {
   Lowered out_;
   // per stage, per chunk: programs
   ShapeCache* shape_cache_ = nullptr;
+  int current_moe_layer_ = -1;  ///< MoE layer ordinal of the item being built (-1: none)
+  [[nodiscard]] int moe_ordinal(const models::PipelineItem& item) const {
+    if (!m_.is_moe()) return -1;
+    if (item.kind == models::ItemKind::Decoder) {
+      if (!m_.is_moe_layer[item.index]) return -1;
+      int k = 0;
+      for (int i = 0; i < item.index; ++i) k += m_.is_moe_layer[i] ? 1 : 0;
+      return k;
+    }
+    if (item.kind == models::ItemKind::Mtp && !m_.is_moe_layer.empty() && m_.is_moe_layer.back())
+      return m_.num_moe_layers() + item.index;
+    return -1;
+  }
+  // ---- routing skew ---------------------------------------------------------------------------
+  std::vector<int> sim_locals_;    ///< local indices simulated in every stage
+  std::vector<int> pos_of_local_;  ///< local index -> position in sim_locals_ (-1: not simulated)
+  bool skewed_ = false;
+  struct MoeDraw {  // one MoE layer, one micro-batch, one expert-parallel group
+    std::vector<std::vector<double>> copies;  ///< [ep rank][local expert] token copies (after drops)
+    std::vector<double> recv;                 ///< [ep rank] copies
+    Tick to_experts = 0, from_experts = 0;    ///< all-to-all durations
+    double dropped = 0, total = 0;
+  };
+  std::map<std::array<int, 3>, MoeDraw> draws_;
+  std::map<int, std::vector<double>> popularity_;  ///< per MoE layer
+  void expert_load_stats();
+  const MoeDraw& draw(int moe_layer, int mb, int group);
+  Tick routed_duration(const Step& st, int mb, int local);
+  [[nodiscard]] bool group_simulated(GroupKind g, int local) const {
+    for (int l : lay_.members(g, local))
+      if (pos_of_local_[l] < 0) return false;
+    return true;
+  }
   std::vector<std::vector<Program>> fwd_, bwd_;  // [stage][chunk]
   std::vector<std::vector<std::vector<std::pair<double, double>>>> chunk_item_params_;  // [stage][chunk][item]
   std::vector<double> p2p_seconds_;  // per virtual stage boundary
@@ -433,6 +489,7 @@ void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b,
       const Seconds t = cm_.gemm(g.m, g.n, g.k, prec_, g.batch) + fp8_cast(g.m * g.k * g.batch);
       const double fl = 2.0 * g.m * g.n * g.k * g.batch;
       b.chained(compute(ccat, t, fl, label));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertFwd, &op);
       if (b.overlap_next >= 0) {  // the gather feeding this GEMM ran beside it
         b.join(b.overlap_next);
         b.overlap_next = -1;
@@ -450,6 +507,7 @@ void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b,
       const double bytes = vector_bytes(op);
       if (bytes <= 0) break;
       b.chained(compute(ccat, cm_.memory_bound(Bytes{bytes}), 0.0, label));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertFwd, &op);
       break;
     }
     case OpKind::Comm: {
@@ -479,6 +537,7 @@ void Lowering::emit_forward_op(const Op& op, const std::string& pre, Builder& b,
             b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * lay_.etp, kEpComm, Stream::Ep,
                                  label + ".etp", cnt));
           b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, label, cnt, dedup));
+          tag(b, b.chain, dispatch ? Role::ToExperts : Role::FromExperts, &op);
           if (lay_.etp > 1 && dispatch)
             b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * lay_.etp, kEpComm, Stream::Ep,
                                  label + ".etp", cnt));
@@ -513,6 +572,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
       if (!op.is_embedding && op.bwd_data_factor > 0) {
         b.chained(compute(kCompute, cm_.gemm(g.m, g.k, g.n, prec_, g.batch) + fp8_cast(g.m * g.n * g.batch),
                           fl * op.bwd_data_factor, label + ".dgrad"));
+        if (op.expert_part != 0) tag(b, b.chain, Role::ExpertDgrad, &op);
         ip.bwd_flops += fl * op.bwd_data_factor;
       }
       if (op.bwd_weight_factor > 0) {
@@ -520,7 +580,9 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
         // Autograd computes the weight gradient before it moves to the next node, so the next
         // backward step waits for it too (`pending`); only Megatron's explicit asynchronous
         // SP reduce-scatter overlaps it (see the TpGather backward).
-        b.join(b.add(wg, before, gathered));
+        const int wi = b.add(wg, before, gathered);
+        if (op.expert_part != 0) tag(b, wi, Role::ExpertWgrad, &op);
+        b.join(wi);
         ip.bwd_flops += fl * op.bwd_weight_factor;
       }
       if (overlapped >= 0 && gathered != overlapped) b.join(overlapped);
@@ -536,6 +598,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
       const double bytes = op.bwd_data_factor * vector_bytes(op);
       if (bytes <= 0) break;
       b.chained(compute(kCompute, cm_.memory_bound(Bytes{bytes}), 0.0, label + ".bwd"));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertDgrad, &op);
       break;
     }
     case OpKind::Comm: {
@@ -567,6 +630,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
             b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * lay_.etp, kEpComm, Stream::Ep,
                                  bl + ".etp", count));
           b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, bl, count, dedup));
+          tag(b, b.chain, grad_of_dispatch ? Role::FromExperts : Role::ToExperts, &op);
           if (lay_.etp > 1 && !grad_of_dispatch)
             b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * lay_.etp, kEpComm, Stream::Ep, bl + ".etp",
                                  count));
@@ -665,6 +729,7 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
   ItemProgram ip;
   const models::Program& prog = w_.programs[item.program];
   const std::string pre = item_prefix(item);
+  current_moe_layer_ = moe_ordinal(item);
   const bool decoder = item.kind == models::ItemKind::Decoder || item.kind == models::ItemKind::Mtp;
   const std::uint32_t modules = p_.recompute == Recompute::Selective ? p_.recompute_modules : 0u;
   const int fwd_count = mb_count;
@@ -846,10 +911,24 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
 }
 
 void Lowering::build_ranks(Fidelity f) {
-  const int per_stage = f == Fidelity::Full ? lay_.block : 1;
-  const double weight = static_cast<double>(lay_.block) / per_stage;
+  // Which ranks of a stage are simulated: one representative when all ranks of a stage are
+  // alike; every member of an expert-parallel group when the routing makes them differ; every
+  // rank at full fidelity.
+  sim_locals_.clear();
+  skewed_ = s_.routing.skewed() && m_.is_moe() && lay_.ep > 1 && f != Fidelity::Fast;
+  if (f == Fidelity::Full) {
+    for (int l = 0; l < lay_.block; ++l) sim_locals_.push_back(l);
+  } else if (skewed_) {
+    sim_locals_ = lay_.members(GroupKind::Ep, 0);
+    std::sort(sim_locals_.begin(), sim_locals_.end());
+  } else {
+    sim_locals_.push_back(0);
+  }
+  pos_of_local_.assign(static_cast<std::size_t>(lay_.block), -1);
+  for (std::size_t q = 0; q < sim_locals_.size(); ++q) pos_of_local_[sim_locals_[q]] = static_cast<int>(q);
+  const double weight = static_cast<double>(lay_.block) / static_cast<double>(sim_locals_.size());
   for (int stage = 0; stage < p_.pp; ++stage) {
-    for (int l = 0; l < per_stage; ++l) {
+    for (int l : sim_locals_) {
       SimRank r;
       r.stage = stage;
       r.local = l;
@@ -865,6 +944,147 @@ void Lowering::build_ranks(Fidelity f) {
       out_.ranks.push_back(r);
     }
   }
+}
+
+const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
+  const std::array<int, 3> key{moe_layer, mb, group};
+  auto it = draws_.find(key);
+  if (it != draws_.end()) return it->second;
+  const int E = m_.num_experts, ep = lay_.ep, per = E / ep;
+  auto pop = popularity_.find(moe_layer);
+  if (pop == popularity_.end())
+    pop = popularity_.emplace(moe_layer, models::expert_probabilities(s_.routing, moe_layer, E, m_.top_k, s_.seed)).first;
+  // Token copies routed inside one expert-parallel group in one micro-batch.
+  const double copies = tok_.Tseq * lay_.etp * m_.top_k * ep;
+  Rng rng = Rng::stream(s_.seed, "routing/layer" + std::to_string(moe_layer) + "/mb" + std::to_string(mb) + "/group" +
+                                     std::to_string(group));
+  const std::vector<std::uint64_t> load = models::sample_expert_load(pop->second, static_cast<std::uint64_t>(std::llround(copies)), rng);
+  MoeDraw d;
+  d.copies.assign(static_cast<std::size_t>(ep), std::vector<double>(static_cast<std::size_t>(per), 0.0));
+  d.recv.assign(static_cast<std::size_t>(ep), 0.0);
+  const double cap = s_.routing.capacity_factor > 0 ? std::ceil(s_.routing.capacity_factor * copies / E) : 0.0;
+  for (int e = 0; e < E; ++e) {
+    double x = static_cast<double>(load[e]);
+    d.total += x;
+    if (cap > 0 && x > cap) {
+      d.dropped += x - cap;
+      x = cap;
+    }
+    // Static placement: expert e on expert-parallel rank e / (E / ep).
+    d.copies[e / per][e % per] = x;
+    d.recv[e / per] += x;
+  }
+  // All-to-all volumes: every source holds an equal share of the tokens, so member i sends
+  // recv[j] / ep copies to member j.
+  const double bytes_per_copy = static_cast<double>(m_.hidden) * models::kActivationBytes;
+  std::vector<std::vector<double>> to(static_cast<std::size_t>(ep), std::vector<double>(static_cast<std::size_t>(ep), 0.0));
+  for (int i = 0; i < ep; ++i)
+    for (int j = 0; j < ep; ++j) to[i][j] = d.recv[j] / ep * bytes_per_copy;
+  std::vector<std::vector<double>> from(to.size(), std::vector<double>(to.size(), 0.0));
+  for (int i = 0; i < ep; ++i)
+    for (int j = 0; j < ep; ++j) from[j][i] = to[i][j];
+  std::vector<int> node;
+  for (int l : lay_.members(GroupKind::Ep, 0)) node.push_back(l / topo_.spec().devices_per_node);
+  const Algorithm algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
+  const double dedup = alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
+  d.to_experts = to_ticks(alltoallv_cost(to, node, shape(GroupKind::Ep), algo, dedup).time);
+  d.from_experts = to_ticks(alltoallv_cost(from, node, shape(GroupKind::Ep), algo, dedup).time);
+  return draws_.emplace(key, std::move(d)).first->second;
+}
+
+Tick Lowering::routed_duration(const Step& st, int mb, int local) {
+  const int ep_rank = (local / lay_.etp) % lay_.ep;
+  const int group = local / (lay_.etp * lay_.ep);
+  const MoeDraw& d = draw(st.moe_layer, mb, group);
+  if (st.role == Role::ToExperts) return d.to_experts;
+  if (st.role == Role::FromExperts) return d.from_experts;
+  const Op& op = *st.op;
+  const std::vector<double>& m = d.copies[static_cast<std::size_t>(ep_rank)];
+  double rows = 0;
+  for (double x : m) rows += x;
+  if (op.kind == OpKind::Vector) {
+    double bytes = op.bytes_per_token * rows / (op.split == Split::Column ? lay_.etp : 1);
+    if (st.role == Role::ExpertDgrad) bytes *= op.bwd_data_factor;
+    return to_ticks(cm_.memory_bound(Bytes{bytes}));
+  }
+  // Expert GEMM: the split dimension is divided by the expert tensor-parallel size.
+  const double n = op.split == Split::Column ? op.n / lay_.etp : op.n;
+  const double k = op.split == Split::Row ? op.k / lay_.etp : op.k;
+  const std::vector<double> ks(m.size(), k), ns(m.size(), n);
+  switch (st.role) {
+    case Role::ExpertFwd: return to_ticks(cm_.grouped_gemm(m, ks, n, prec_) + fp8_cast(rows * k));
+    case Role::ExpertDgrad: return to_ticks(cm_.grouped_gemm(m, ns, k, prec_) + fp8_cast(rows * n));
+    case Role::ExpertWgrad: {
+      const std::vector<double> rows_k(m.size(), k);  // [k x m_e] x [m_e x n] per expert
+      return to_ticks(cm_.grouped_gemm(rows_k, m, n, prec_));
+    }
+    default: return st.duration;
+  }
+}
+
+void Lowering::expert_load_stats() {
+  ExpertLoad& el = out_.expert_load;
+  const int ep = lay_.ep;
+  el.routing = models::routing_name(s_.routing.kind);
+  el.ep = ep;
+  el.a2a_bytes_per_rank.assign(static_cast<std::size_t>(ep), 0.0);
+  const double bytes_per_copy = static_cast<double>(m_.hidden) * models::kActivationBytes;
+  // One (layer, micro-batch): rank i sends recv[j]/ep copies to every other j and gets
+  // recv[i]/ep from each; the combine reverses it and the backward repeats both.
+  auto add_bytes = [&](const std::vector<double>& recv) {
+    double total = 0;
+    for (double x : recv) total += x;
+    for (int i = 0; i < ep; ++i) {
+      const double dispatch_out = (total - recv[i]) / ep, dispatch_in = recv[i] * (ep - 1) / ep;
+      el.a2a_bytes_per_rank[i] += 2.0 * (dispatch_out + dispatch_in) * bytes_per_copy;
+    }
+  };
+  std::vector<int> layers;
+  for (const auto& item : w_.items)
+    if (const int k = moe_ordinal(item); k >= 0) layers.push_back(k);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  const int m = p_.num_microbatches;
+  el.layer_rank_share.assign(layers.size(), std::vector<double>(static_cast<std::size_t>(ep), 1.0 / ep));
+  if (!skewed_) {
+    const std::vector<double> recv(static_cast<std::size_t>(ep), tok_.Tseq * lay_.etp * m_.top_k);
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (int mb = 0; mb < m; ++mb) add_bytes(recv);
+    return;
+  }
+  // Skewed routing: the draws of the first expert-parallel group (every group at full
+  // fidelity draws alike in distribution); one per (layer, micro-batch).
+  double sum_mom = 0, sum_score = 0, worst = 0, dropped = 0, routed = 0;
+  int n = 0;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    std::vector<double>& share = el.layer_rank_share[l];
+    std::fill(share.begin(), share.end(), 0.0);
+    for (int mb = 0; mb < m; ++mb) {
+      const MoeDraw& d = draw(layers[l], mb, 0);
+      double total = 0, mx = 0, mn = d.recv.empty() ? 0 : d.recv[0];
+      for (double x : d.recv) {
+        total += x;
+        mx = std::max(mx, x);
+        mn = std::min(mn, x);
+      }
+      if (total <= 0) continue;
+      const double mom = mx / (total / ep);
+      sum_mom += mom;
+      worst = std::max(worst, mom);
+      sum_score += (mx - mn) / total;
+      for (int i = 0; i < ep; ++i) share[i] += d.recv[i] / total / m;
+      dropped += d.dropped;
+      routed += d.total;
+      ++n;
+      add_bytes(d.recv);
+    }
+  }
+  if (n > 0) {
+    el.max_over_mean = sum_mom / n;
+    el.max_over_mean_worst = worst;
+    el.imbalance_score = sum_score / n;
+  }
+  el.drop_rate = routed > 0 ? dropped / routed : 0.0;
 }
 
 Lowered Lowering::run() {
@@ -1005,6 +1225,7 @@ Lowered Lowering::run() {
   }
 
   emit(fid);
+  if (m_.is_moe()) expert_load_stats();
 
   // Executed FLOPs per simulated rank.
   out_.executed_flops.resize(out_.ranks.size());
@@ -1016,7 +1237,9 @@ Lowered Lowering::run() {
 
 void Lowering::emit(Fidelity fid) {
   const int pp = p_.pp, vpp = p_.vpp, m = p_.num_microbatches;
-  const int per_stage = fid == Fidelity::Full ? lay_.block : 1;
+  // Simulated ranks of a stage are addressed by position (0 .. per_stage-1); sim_locals_ maps a
+  // position to its local index inside the stage.
+  const int per_stage = static_cast<int>(sim_locals_.size());
   // Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
   if (fid == Fidelity::Fast) {
     for (int stage = 0; stage < pp; ++stage)
@@ -1074,40 +1297,47 @@ void Lowering::emit(Fidelity fid) {
   // resources: exclusive first-come-first-served links would serialise what the network
   // shares, and would break the symmetry of identical ranks. Bandwidth sharing between
   // concurrent collectives is the flow-level network model's job.
-  auto resources_for = [&](const Step& st, int stage, int local, std::vector<sim::ResourceId>& out) {
+  // A collective is one task for all its members when they are all simulated (it starts when
+  // the last one reaches it); otherwise each simulated member runs its own copy.
+  auto shared_group = [&](GroupKind g, int local) {
+    return g != GroupKind::None && lay_.members(g, local).size() > 1 && group_simulated(g, local);
+  };
+  auto resources_for = [&](const Step& st, int stage, int q, bool shared, std::vector<sim::ResourceId>& out) {
     out.clear();
-    if (fid != Fidelity::Full || st.group == GroupKind::None) {
-      out.push_back(ranks[rank_index(stage, local)].streams[static_cast<int>(st.stream)]);
+    if (!shared) {
+      out.push_back(ranks[rank_index(stage, q)].streams[static_cast<int>(st.stream)]);
       return;
     }
-    for (int l : lay_.members(st.group, local))
-      out.push_back(ranks[rank_index(stage, l)].streams[static_cast<int>(st.stream)]);
+    for (int l : lay_.members(st.group, sim_locals_[q]))
+      out.push_back(ranks[rank_index(stage, pos_of_local_[l])].streams[static_cast<int>(st.stream)]);
   };
 
-  // Instantiate one program for all ranks of a stage; returns nothing, fills step_task.
+  // Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
   auto instantiate = [&](const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
     const std::size_t n = prog.steps.size();
     tasks_out.assign(n * per_stage, sim::kNoTask);
     for (std::size_t i = 0; i < n; ++i) {
       const Step& st = prog.steps[i];
-      const bool shared = fid == Fidelity::Full && st.group != GroupKind::None;
+      const bool shared = shared_group(st.group, sim_locals_[0]);
       if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
-      for (int l = 0; l < per_stage; ++l) {
+      for (int q = 0; q < per_stage; ++q) {
+        const int local = sim_locals_[q];
+        const Tick dur = skewed_ && st.role != Role::None ? routed_duration(st, mb, local) : st.duration;
         sim::TaskId t;
         if (shared) {
-          const int g = lay_.group_index(st.group, l);
+          const int g = lay_.group_index(st.group, local);
           if (group_task[g] == sim::kNoTask) {
-            resources_for(st, stage, l, res);
-            group_task[g] = builder_.add_task(st.duration, st.cat, st.label, mb, res);
+            resources_for(st, stage, q, true, res);
+            group_task[g] = builder_.add_task(dur, st.cat, st.label, mb, res);
           }
           t = group_task[g];
         } else {
-          resources_for(st, stage, l, res);
-          t = builder_.add_task(st.duration, st.cat, st.label, mb, res);
+          resources_for(st, stage, q, false, res);
+          t = builder_.add_task(dur, st.cat, st.label, mb, res);
         }
-        tasks_out[i * per_stage + l] = t;
-        if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + l], t);
-        if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + l], t);
+        tasks_out[i * per_stage + q] = t;
+        if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + q], t);
+        if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + q], t);
       }
     }
   };
@@ -1128,19 +1358,20 @@ void Lowering::emit(Fidelity fid) {
       const Step st = collective(g, op, params / buckets * bytes_per_param, kDpComm, Stream::Dp,
                                  label + (g == GroupKind::Edp ? ".expert" : ""), buckets);
       if (st.duration == 0) continue;
+      const bool shared = shared_group(g, sim_locals_[0]);
       for (int bk = 0; bk < buckets; ++bk) {
-        if (fid == Fidelity::Full) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
-        for (int l = 0; l < per_stage; ++l) {
+        if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
+        for (int q = 0; q < per_stage; ++q) {
           sim::TaskId t = sim::kNoTask;
-          const int gi = fid == Fidelity::Full ? lay_.group_index(g, l) : 0;
-          if (fid != Fidelity::Full || group_task[gi] == sim::kNoTask) {
-            resources_for(st, stage, l, res);
+          const int gi = shared ? lay_.group_index(g, sim_locals_[q]) : 0;
+          if (!shared || group_task[gi] == sim::kNoTask) {
+            resources_for(st, stage, q, shared, res);
             t = builder_.add_task(st.duration, st.cat, st.label, -1, res);
-            if (fid == Fidelity::Full) group_task[gi] = t;
+            if (shared) group_task[gi] = t;
           } else {
             t = group_task[gi];
           }
-          created[l].push_back(t);
+          created[q].push_back(t);
         }
       }
     }

@@ -444,6 +444,21 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   else diag.error("/training", "", "is required ({\"seq_length\", \"global_batch_size\", \"precision\"})");
   parse_parallelism(par, "/parallelism", s.plan, s.training, diag);
 
+  if (const auto* moe = root.get({"moe"})) {
+    ObjectReader r(*moe, "/moe", diag);
+    models::parse_routing(r, s.routing, base_dir, s.model);
+    const std::string placement = r.string({"placement"}, "static", {"static", "rebalanced"});
+    s.placement.rebalance = placement == "rebalanced";
+    if (const auto* rb = r.get({"rebalance"})) {
+      ObjectReader q(*rb, "/moe/rebalance", diag);
+      s.placement.ema = q.number({"ema"}, 0.9, 0.0, 0.999);
+      s.placement.threshold = q.number({"threshold"}, 0.08, 0.0, 10.0);
+      s.placement.interval_steps = static_cast<int>(q.integer({"interval_steps"}, 50, 1, 1 << 20));
+      s.placement.redundant_experts = static_cast<int>(q.integer({"redundant_experts"}, 0, 0, 1 << 16));
+      q.finish();
+    }
+    r.finish();
+  }
   if (const auto* sim = root.get({"simulation"})) {
     ObjectReader r(*sim, "/simulation", diag);
     const std::string f = r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"});

@@ -63,8 +63,34 @@ struct RankTimes {
   double comm_hidden = 0;
 };
 
-RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const SimRank& r, Tick makespan) {
+/// `owner[res]`: the simulated rank whose stream `res` is (-1 for links).
+RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const SimRank& r, int self,
+                     const std::vector<int>& owner, Tick makespan) {
   RankTimes rt;
+  // Waiting for slower peers: a task several simulated ranks share (a collective whose members
+  // are all simulated) starts when its last member is ready; the time this rank was ready
+  // before that — its own previous task on the stream and its own inputs done — is imbalance
+  // wait where nothing else of the rank runs. Stragglers further up the pipeline reach this
+  // rank later and show as bubble.
+  std::vector<Interval> waits;
+  for (int s = 0; s < kNumStreams; ++s) {
+    Tick prev_end = 0;
+    for (sim::TaskId t : g.stream_order(r.streams[s])) {
+      bool shared = false;
+      for (sim::ResourceId res : g.resources_of(t)) shared = shared || (owner[res] >= 0 && owner[res] != self);
+      if (shared) {
+        Tick ready = prev_end;
+        for (sim::TaskId p : g.predecessors(t))
+          for (sim::ResourceId res : g.resources_of(p))
+            if (owner[res] == self) {
+              ready = std::max(ready, run.end[p]);
+              break;
+            }
+        if (run.start[t] > ready) waits.emplace_back(ready, run.start[t]);
+      }
+      prev_end = run.end[t];
+    }
+  }
   std::vector<Interval> compute_busy;
   Tick compute = 0, recompute = 0, optimizer = 0;
   for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
@@ -95,6 +121,7 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
     covered = union_of(covered, u);
   }
   const Tick idle = makespan - measure(covered);
+  const Tick waiting = measure_minus(merged(std::move(waits)), covered);
   rt.b.compute = to_seconds(compute + recompute).value();
   rt.b.recompute = to_seconds(recompute).value();
   rt.b.other = to_seconds(optimizer).value();
@@ -103,7 +130,8 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   rt.b.ep_comm = to_seconds(exposed[kEpComm]).value();
   rt.b.pp_comm = to_seconds(exposed[kPpComm]).value();
   rt.b.dp_comm = to_seconds(exposed[kDpComm]).value();
-  rt.b.bubble = to_seconds(std::max<Tick>(0, idle)).value();
+  rt.b.imbalance_wait = to_seconds(waiting).value();
+  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting)).value();
   return rt;
 }
 
@@ -170,8 +198,12 @@ Simulation simulate(const Scenario& s) {
   double weight_total = 0, comm_total = 0, comm_hidden = 0;
   std::vector<Breakdown> per_stage(low.stages.size());
   std::vector<double> per_stage_w(low.stages.size(), 0.0);
-  for (const SimRank& rank : low.ranks) {
-    const RankTimes rt = rank_times(low.graph, out.run, rank, out.run.makespan);
+  std::vector<int> owner(low.graph.num_resources(), -1);
+  for (std::size_t i = 0; i < low.ranks.size(); ++i)
+    for (sim::ResourceId res : low.ranks[i].streams) owner[res] = static_cast<int>(i);
+  for (std::size_t i = 0; i < low.ranks.size(); ++i) {
+    const SimRank& rank = low.ranks[i];
+    const RankTimes rt = rank_times(low.graph, out.run, rank, static_cast<int>(i), owner, out.run.makespan);
     add_scaled(r.breakdown, rt.b, rank.weight);
     add_scaled(per_stage[rank.stage], rt.b, rank.weight);
     per_stage_w[rank.stage] += rank.weight;
@@ -218,6 +250,7 @@ Simulation simulate(const Scenario& s) {
                           gib_text(m.reserved) + ") but " + dev.name + " has " + gib_text(r.capacity_bytes) + " GiB";
   }
   r.collectives = low.collectives;
+  r.expert_load = low.expert_load;
   r.dp = s.plan.dp;
   r.ep = s.model.is_moe() ? s.plan.ep_size() : 1;
   r.etp = s.model.is_moe() ? s.plan.etp_size() : 1;
@@ -296,8 +329,15 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   j["comm_overlap_fraction"] = r.comm_overlap_fraction;
   j["comm_s_per_device"] = r.comm_seconds_per_device;
   if (s.model.is_moe()) {
-    // Uniform routing: every EP rank receives the same number of token copies.
-    j["expert_load"] = {{"max_over_mean", 1.0}, {"imbalance_score", 0.0}, {"routing", "uniform"}};
+    const ExpertLoad& el = r.expert_load;
+    j["expert_load"] = {{"routing", el.routing},
+                        {"ep", el.ep},
+                        {"max_over_mean", el.max_over_mean},
+                        {"max_over_mean_worst", el.max_over_mean_worst},
+                        {"imbalance_score", el.imbalance_score},
+                        {"drop_rate", el.drop_rate},
+                        {"a2a_bytes_per_rank", el.a2a_bytes_per_rank},
+                        {"layer_rank_share", el.layer_rank_share}};
   } else {
     j["expert_load"] = nullptr;
   }

@@ -59,6 +59,13 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
                    gib(r.capacity_bytes), r.memory_fits ? "" : "  (DOES NOT FIT)");
   o += fmt::format("  {:<22}{:.1f}% of {:.3f} s communication per device\n", "comm hidden",
                    100 * r.comm_overlap_fraction, r.comm_seconds_per_device);
+  if (s.model.is_moe()) {
+    const auto& el = r.expert_load;
+    o += fmt::format("  {:<22}{} routing: max/mean {:.2f} (worst {:.2f}), imbalance {:.3f}", "expert load", el.routing,
+                     el.max_over_mean, el.max_over_mean_worst, el.imbalance_score);
+    if (el.drop_rate > 0) o += fmt::format(", {:.2f}% dropped", 100 * el.drop_rate);
+    o += "\n";
+  }
   if (!r.feasible) o += fmt::format("  {:<22}{}\n", "INFEASIBLE", r.infeasible_reason);
 
   o += "\n  where the time goes (per device)       seconds    share\n";

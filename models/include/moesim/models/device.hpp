@@ -70,6 +70,10 @@ class ComputeModel {
   /// [m x k] x [k x n], `batch` independent problems of that shape (a grouped GEMM of equal
   /// groups). Includes one kernel overhead.
   [[nodiscard]] Seconds gemm(double m, double n, double k, Precision p, double batch = 1) const;
+  /// A grouped GEMM (MoE experts): group g is [m_g x k_g] x [k_g x n]. Tiles of all groups share
+  /// the waves; one kernel. With equal groups this equals gemm(m, n, k, p, groups).
+  [[nodiscard]] Seconds grouped_gemm(const std::vector<double>& m, const std::vector<double>& k, double n,
+                                     Precision p) const;
   /// Fraction of peak the GEMM shape reaches (tile x wave x K term x peak fraction).
   [[nodiscard]] double gemm_efficiency(double m, double n, double k, double batch = 1,
                                        Precision p = Precision::BF16) const;

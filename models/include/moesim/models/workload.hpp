@@ -100,6 +100,9 @@ struct Op {
   double bwd_weight_factor = 0.0;
   bool is_embedding = false;
   bool shares_embedding = false;  ///< output layer tied to the embedding table
+  /// Routed-expert operators whose work follows the per-expert token counts: 1 up projection,
+  /// 2 activation, 3 down projection (0: not an expert operator).
+  std::uint8_t expert_part = 0;
 
   /// Model FLOPs per token in the forward pass (MFU definition), for a sequence of length s.
   [[nodiscard]] double forward_model_flops_per_token(double seq_len) const;

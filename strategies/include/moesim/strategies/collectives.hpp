@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "moesim/topologies/topology.hpp"
 
@@ -56,6 +57,15 @@ struct CollectiveCost {
 /// left after aggregating copies bound for the same server (hierarchical all-to-all).
 CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& g, Algorithm algo = Algorithm::Auto,
                                double dedup = 1.0);
+
+/// All-to-all with per-pair volumes (`bytes[i][j]`: member i to member j) on a group whose
+/// member i sits in server `node[i]`. Every port is a bottleneck of its own: a member's
+/// sends and receives inside the server share its scale-up links, across servers its NIC — so
+/// a member that many others send to (a hot expert's rank) takes as long as its incast.
+/// Hierarchical: cross-server bytes shrink by `dedup` (copies of a token for one server are
+/// sent once), then the server redistributes. With equal volumes this equals collective_cost.
+CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, const std::vector<int>& node,
+                              const GroupShape& g, Algorithm algo, double dedup = 1.0);
 
 /// Point-to-point transfer of `bytes` along a route.
 Seconds p2p_time(double bytes, const topologies::Route& r);

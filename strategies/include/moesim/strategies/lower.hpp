@@ -80,6 +80,22 @@ struct CollectiveUse {
   int count_per_step = 0;  ///< on one simulated rank
 };
 
+/// How the routing spread token copies over the expert-parallel ranks of the simulated group,
+/// over every MoE layer and micro-batch of the step.
+struct ExpertLoad {
+  std::string routing = "balanced";
+  int ep = 1;
+  double max_over_mean = 1;        ///< mean over (MoE layer, micro-batch) of max / mean copies per EP rank
+  double max_over_mean_worst = 1;  ///< the worst (MoE layer, micro-batch)
+  double imbalance_score = 0;      ///< mean over (MoE layer, micro-batch) of (max - min) / total
+  double drop_rate = 0;            ///< copies dropped by the capacity factor / copies routed
+  /// Bytes each EP rank sends (and, with sources holding equal token shares, receives) in the
+  /// expert all-to-alls of one step: dispatch and combine, forward and backward.
+  std::vector<double> a2a_bytes_per_rank;
+  /// [MoE layer][EP rank]: share of the layer's copies the rank received, mean over micro-batches.
+  std::vector<std::vector<double>> layer_rank_share;
+};
+
 struct Lowered {
   sim::TaskGraph graph;
   std::vector<SimRank> ranks;
@@ -89,6 +105,7 @@ struct Lowered {
   std::vector<CollectiveUse> collectives;
   std::vector<StageOrder> schedule;
   double optimizer_seconds = 0;
+  ExpertLoad expert_load;  ///< MoE models only
 };
 
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w);

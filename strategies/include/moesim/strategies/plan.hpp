@@ -19,6 +19,7 @@
 
 #include "moesim/models/device.hpp"
 #include "moesim/models/model_spec.hpp"
+#include "moesim/models/routing.hpp"
 #include "moesim/models/workload.hpp"
 #include "moesim/sim/config.hpp"
 #include "moesim/topologies/topology.hpp"
@@ -85,6 +86,17 @@ struct TrainingSpec {
   }
 };
 
+/// Where experts live: static contiguous blocks, or load-aware re-placement (MindSpeed-style
+/// dynamic expert migration: EMA load prediction, greedy placement, migrate when the imbalance
+/// gain is large enough, the weights' traffic charged), optionally with replicas of hot experts.
+struct PlacementSpec {
+  bool rebalance = false;
+  double ema = 0.9;            ///< weight of the history in the load prediction (pangu.md G: 0.9)
+  double threshold = 0.08;     ///< migrate when the coefficient of variation drops by this much
+  int interval_steps = 50;     ///< steps between re-placements (traffic amortised over them)
+  int redundant_experts = 0;   ///< extra replicas of the hottest experts, per EP group
+};
+
 struct SimulationOptions {
   Fidelity fidelity = Fidelity::Balanced;
 };
@@ -97,6 +109,8 @@ struct Scenario {
   topologies::ClusterSpec cluster;
   TrainingSpec training;
   Plan plan;
+  models::RoutingSpec routing;
+  PlacementSpec placement;
   SimulationOptions simulation;
   std::uint64_t seed = 1;
 };

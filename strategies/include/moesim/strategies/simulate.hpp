@@ -72,6 +72,7 @@ struct Result {
   double comm_seconds_per_device = 0;
   std::vector<StageResult> stages;
   std::vector<CollectiveUse> collectives;
+  ExpertLoad expert_load;  ///< MoE models
   // plan as resolved
   int dp = 1, ep = 1, etp = 1, edp = 1, num_microbatches = 1;
   std::vector<int> layers_per_virtual_stage;

@@ -1,0 +1,202 @@
+// MoE reality: routing skew, all-to-all(v) with incast, stragglers and their metrics.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "moesim/models/routing.hpp"
+#include "moesim/sim/random.hpp"
+#include "moesim/strategies/collectives.hpp"
+#include "moesim/strategies/simulate.hpp"
+
+using namespace moesim;
+using namespace moesim::strategies;
+
+namespace {
+
+const char* kSmallMoe = R"({
+  "model": {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+            "moe_intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "head_dim": 64, "num_experts": 16, "num_experts_per_tok": 4,
+            "vocab_size": 32000},
+  "cluster": {"preset": "atlas-800t-a2", "devices": 32},
+  "training": {"seq_length": 2048, "global_batch_size": 32},
+  "parallelism": {"tp": 1, "pp": 2, "ep": 8, "etp": 1, "mbs": 1,
+                  "use_distributed_optimizer": true, "overlap_grad_reduce": true}})";
+
+Scenario small_moe(const nlohmann::json& moe, std::uint64_t seed = 1) {
+  nlohmann::json j = nlohmann::json::parse(kSmallMoe);
+  if (!moe.is_null()) j["moe"] = moe;
+  j["seed"] = seed;
+  return load_scenario(j, "test.json", "");
+}
+
+GroupShape two_level(int nodes, int per_node) {
+  GroupShape g;
+  g.size = nodes * per_node;
+  g.nodes = nodes;
+  g.per_node = per_node;
+  g.mesh = true;
+  g.intra_bandwidth = 28e9;
+  g.intra_latency = 2e-6;
+  g.inter_bandwidth = 25e9;
+  g.inter_latency = 5e-6;
+  return g;
+}
+
+std::string error_text(const nlohmann::json& moe) {
+  try {
+    (void)small_moe(moe);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("all-to-all(v): equal volumes cost what the uniform all-to-all costs", "[moe][collectives]") {
+  const GroupShape g = two_level(4, 8);
+  const double n = 64e6;  // bytes each member holds; n/p to every member
+  std::vector<std::vector<double>> m(32, std::vector<double>(32, n / 32));
+  std::vector<int> node(32);
+  for (int i = 0; i < 32; ++i) node[i] = i / 8;
+  for (Algorithm a : {Algorithm::Pairwise, Algorithm::HierarchicalAllToAll}) {
+    const double dedup = a == Algorithm::Pairwise ? 1.0 : 0.45;
+    const auto v = alltoallv_cost(m, node, g, a, dedup);
+    const auto u = collective_cost(Collective::AllToAll, n, g, a, dedup);
+    CHECK(v.time.value() == Approx(u.time.value()).epsilon(1e-9));
+    CHECK(v.inter_bytes == Approx(u.inter_bytes).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("all-to-all(v): N senders into one port take N times one sender", "[moe][collectives]") {
+  // One member per server: every byte crosses the receiver's NIC.
+  const GroupShape g = two_level(9, 1);
+  std::vector<int> node(9);
+  std::iota(node.begin(), node.end(), 0);
+  const double b = 100e6;
+  auto incast = [&](int senders) {
+    std::vector<std::vector<double>> m(9, std::vector<double>(9, 0.0));
+    for (int i = 1; i <= senders; ++i) m[i][0] = b;
+    return alltoallv_cost(m, node, g, Algorithm::Pairwise).time.value();
+  };
+  const double latency = 8 * g.inter_latency;
+  const double one = incast(1) - latency;
+  CHECK(one == Approx(b / g.inter_bandwidth));
+  for (int n : {2, 4, 8}) CHECK(incast(n) - latency == Approx(n * one));
+}
+
+TEST_CASE("routing: sampled loads conserve copies and uniform max/mean tends to 1", "[moe][routing]") {
+  models::RoutingSpec r;
+  r.kind = models::RoutingKind::Uniform;
+  const auto p = models::expert_probabilities(r, 0, 256, 8, 7);
+  double prev = 1e9;
+  for (std::uint64_t copies : {1000ull, 100000ull, 10000000ull, 1000000000ull}) {
+    Rng rng = Rng::stream(7, "test");
+    const auto load = models::sample_expert_load(p, copies, rng);
+    REQUIRE(std::accumulate(load.begin(), load.end(), std::uint64_t{0}) == copies);
+    const double mom = static_cast<double>(*std::max_element(load.begin(), load.end())) / (copies / 256.0);
+    CHECK(mom < prev);
+    prev = mom;
+  }
+  CHECK(prev < 1.01);
+  // Zipf(1) over 256 experts: the hottest expert takes 1 / H(256) of the copies.
+  r.kind = models::RoutingKind::Zipf;
+  const auto z = models::expert_probabilities(r, 0, 256, 1, 7);
+  double h = 0;
+  for (int i = 1; i <= 256; ++i) h += 1.0 / i;
+  CHECK(*std::max_element(z.begin(), z.end()) == Approx(1.0 / h));
+  CHECK(std::accumulate(z.begin(), z.end(), 0.0) == Approx(1.0));
+  // Top-8 routing picks 8 distinct experts: no expert can take more than 1/8 of the copies
+  // (1/H(256) = 0.163 would), the excess goes to the others in proportion.
+  const auto z8 = models::expert_probabilities(r, 0, 256, 8, 7);
+  CHECK(*std::max_element(z8.begin(), z8.end()) == Approx(0.125));
+  CHECK(std::accumulate(z8.begin(), z8.end(), 0.0) == Approx(1.0));
+  const auto hot = std::max_element(z.begin(), z.end()) - z.begin();
+  for (std::size_t e = 0; e < z.size(); ++e)
+    if (static_cast<long>(e) != hot) CHECK(z8[e] >= z[e]);
+}
+
+TEST_CASE("routing skew: stragglers slow the step, wait is reported, bytes are conserved", "[moe][e2e]") {
+  const Simulation bal = simulate(small_moe(nullptr));
+  const Simulation uni = simulate(small_moe({{"routing", "uniform"}}));
+  const Simulation zipf = simulate(small_moe({{"routing", "zipf"}, {"zipf_s", 1.2}}));
+  const Result& b = bal.result;
+  const Result& z = zipf.result;
+  // Balanced routing simulates one rank per stage; skew simulates the whole EP group.
+  CHECK(b.ranks_simulated == 2);
+  CHECK(z.ranks_simulated == 16);
+  CHECK(b.expert_load.max_over_mean == 1.0);
+  CHECK(b.breakdown.imbalance_wait == 0.0);
+  CHECK(uni.result.expert_load.max_over_mean < 1.1);
+  CHECK(z.expert_load.max_over_mean > 1.5);
+  CHECK(z.expert_load.imbalance_score > uni.result.expert_load.imbalance_score);
+  CHECK(z.step_time_s > 1.1 * b.step_time_s);
+  CHECK(z.breakdown.imbalance_wait > 0.05 * z.step_time_s);
+  CHECK(z.breakdown.total() == Approx(z.step_time_s).epsilon(1e-6));
+  // The same token copies are computed, only unevenly: mean compute per device is unchanged.
+  CHECK(z.breakdown.compute == Approx(b.breakdown.compute).epsilon(0.02));
+  // Every copy sent is received: the all-to-all bytes summed over the group do not depend on
+  // how skewed the routing is (dispatch + combine, forward + backward).
+  auto sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  REQUIRE(b.expert_load.a2a_bytes_per_rank.size() == 8);
+  // Hand-derived: 2048 tokens x top-4 copies per rank per micro-batch; each rank keeps 1/8 of
+  // what it sends; 4 layers x 32 micro-batches / 1 DP... x (dispatch + combine) x 2 (fwd + bwd).
+  const double per_rank = 2048.0 * 4 * 7 / 8 * 1024 * 2 /*bytes*/ * 2 /*out+in*/ * 2 /*fwd+bwd*/ * 4 /*layers*/ *
+                          b.num_microbatches;
+  CHECK(b.expert_load.a2a_bytes_per_rank[3] == Approx(per_rank));
+  CHECK(sum(z.expert_load.a2a_bytes_per_rank) == Approx(sum(b.expert_load.a2a_bytes_per_rank)).epsilon(1e-3));
+  // Same seed, same result; another seed, another draw.
+  CHECK(to_json(simulate(small_moe({{"routing", "zipf"}, {"zipf_s", 1.2}})).result, small_moe(nullptr), false) ==
+        to_json(z, small_moe(nullptr), false));
+  CHECK(simulate(small_moe({{"routing", "zipf"}, {"zipf_s", 1.2}}, 2)).result.step_time_s != z.step_time_s);
+}
+
+TEST_CASE("routing skew: a capacity factor drops copies and reports the drop rate", "[moe][routing]") {
+  const Result dropless = simulate(small_moe({{"routing", "zipf"}, {"zipf_s", 1.2}})).result;
+  const Result capped = simulate(small_moe({{"routing", "zipf"}, {"zipf_s", 1.2}, {"capacity_factor", 1.25}})).result;
+  CHECK(dropless.expert_load.drop_rate == 0.0);
+  CHECK(capped.expert_load.drop_rate > 0.05);
+  CHECK(capped.expert_load.drop_rate < 0.9);
+  CHECK(capped.step_time_s < dropless.step_time_s);
+  CHECK(capped.expert_load.max_over_mean <= 1.25 * 1.0001 * 16 / 8);  // at most 2 experts x cap per rank
+}
+
+TEST_CASE("routing: bad histograms name the file, the path and the constraint", "[moe][routing][bad-input]") {
+  std::vector<double> ok(16, 1.0);
+  std::vector<double> short_row(15, 1.0);
+  CHECK_THAT(error_text({{"routing", "histogram"}, {"histogram", short_row}}),
+             Catch::Contains("/moe/histogram") && Catch::Contains("15 experts") && Catch::Contains("the model has 16"));
+  auto neg = ok;
+  neg[3] = -1;
+  CHECK_THAT(error_text({{"routing", "histogram"}, {"histogram", neg}}),
+             Catch::Contains("/moe/histogram/3") && Catch::Contains("finite, non-negative"));
+  nlohmann::json bad = ok;
+  bad[5] = "lots";
+  CHECK_THAT(error_text({{"routing", "histogram"}, {"histogram", bad}}), Catch::Contains("/moe/histogram/5"));
+  CHECK_THAT(error_text({{"routing", "histogram"}}), Catch::Contains("/moe/histogram") && Catch::Contains("required"));
+  CHECK_THAT(error_text({{"routing", "zipfian"}}), Catch::Contains("/moe/routing"));
+  // In a file: the file's own name and the path inside it.
+  const auto dir = std::filesystem::temp_directory_path() / "moesim_test_hist";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "loads.json";
+  {
+    std::ofstream f(file);
+    f << nlohmann::json{{"layers", {ok, short_row}}}.dump();
+  }
+  CHECK_THAT(error_text({{"routing", "histogram"}, {"histogram", file.string()}}),
+             Catch::Contains("loads.json") && Catch::Contains("/layers/1") && Catch::Contains("15 experts"));
+  CHECK_THAT(error_text({{"routing", "histogram"}, {"histogram", (dir / "none.json").string()}}),
+             Catch::Contains("none.json"));
+  // A valid histogram routes by it. All load on experts 0 and 1 (EP rank 0): top-4 routing
+  // caps each at 1/4 of the copies and spreads the other half over the 14 idle experts, so
+  // rank 0 receives 1/2 (4x the mean) and the others 1/14 each.
+  std::vector<double> hot(16, 0.0);
+  hot[0] = hot[1] = 1;
+  const Result r = simulate(small_moe({{"routing", "histogram"}, {"histogram", hot}})).result;
+  CHECK(r.expert_load.max_over_mean == Approx(4.0).epsilon(0.02));
+  CHECK(r.expert_load.imbalance_score == Approx(0.5 - 1.0 / 14).epsilon(0.03));
+}
