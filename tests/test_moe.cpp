@@ -200,3 +200,62 @@ TEST_CASE("routing: bad histograms name the file, the path and the constraint", 
   CHECK(r.expert_load.max_over_mean == Approx(4.0).epsilon(0.02));
   CHECK(r.expert_load.imbalance_score == Approx(0.5 - 1.0 / 14).epsilon(0.03));
 }
+
+TEST_CASE("placement: load-aware rebalancing and redundant experts even out a skewed routing", "[moe][placement]") {
+  const nlohmann::json zipf{{"routing", "zipf"}, {"zipf_s", 1.0}};
+  auto with = [&](nlohmann::json extra) {
+    nlohmann::json m = zipf;
+    if (extra.is_object()) m.update(extra);
+    return simulate(small_moe(m)).result;
+  };
+  const Result st = with({});
+  const Result rb = with({{"placement", "rebalanced"}});
+  const Result rd = with({{"placement", "rebalanced"}, {"rebalance", {{"redundant_experts", 8}}}});
+  const Result never = with({{"placement", "rebalanced"}, {"rebalance", {{"threshold", 5.0}}}});
+  CHECK(st.expert_load.placement == "static");
+  CHECK(st.expert_load.experts_moved == 0);
+  CHECK(rb.expert_load.experts_moved > 0);
+  CHECK(rb.expert_load.max_over_mean < st.expert_load.max_over_mean);
+  CHECK(rb.step_time_s < st.step_time_s);
+  CHECK(rb.breakdown.imbalance_wait < st.breakdown.imbalance_wait);
+  // Moving experts costs their weights and optimizer shards, amortised over interval_steps.
+  CHECK(rb.expert_load.migration_seconds > 0);
+  CHECK(with({{"placement", "rebalanced"}, {"rebalance", {{"interval_steps", 5}}}}).expert_load.migration_seconds ==
+        Approx(10 * rb.expert_load.migration_seconds));
+  // Replicas of the hottest experts split their load further.
+  CHECK(rd.expert_load.max_over_mean < rb.expert_load.max_over_mean);
+  // A threshold no re-placement can meet keeps the static placement exactly.
+  CHECK(never.expert_load.experts_moved == 0);
+  CHECK(never.step_time_s == st.step_time_s);
+}
+
+TEST_CASE("packed documents: attention follows the documents; reordering balances the data-parallel ranks",
+          "[moe][documents]") {
+  auto with_docs = [](nlohmann::json docs) {
+    nlohmann::json j = nlohmann::json::parse(kSmallMoe);
+    j["training"]["global_batch_size"] = 256;  // 16 sequences per data-parallel rank
+    if (!docs.is_null()) j["training"]["documents"] = docs;
+    return simulate(load_scenario(j, "test.json", "")).result;
+  };
+  const Result plain = with_docs(nullptr);
+  const Result packed = with_docs({{"mean_tokens", 512}, {"sigma", 1.0}});
+  const Result reordered = with_docs({{"mean_tokens", 512}, {"sigma", 1.0}, {"reorder", true}});
+  const Result long_docs = with_docs({{"mean_tokens", 1e8}, {"sigma", 0.0}});
+  // Documents far longer than a sequence: every sequence is one causal document, as unpacked.
+  CHECK(long_docs.attention_work_mean == Approx(1.0));
+  CHECK(long_docs.step_time_s == Approx(plain.step_time_s).epsilon(1e-6));
+  // Short documents: attention inside documents is a fraction of whole-sequence attention.
+  CHECK(packed.attention_work_mean < 0.5);
+  CHECK(packed.step_time_s < plain.step_time_s);
+  // Without reordering the slowest data-parallel rank (the one simulated) has more attention
+  // work than the mean; balancing the sequences over ranks brings it to the mean.
+  CHECK(packed.attention_work_max_over_mean > 1.05);
+  CHECK(reordered.attention_work_max_over_mean < packed.attention_work_max_over_mean);
+  CHECK(reordered.attention_work_max_over_mean < 1.03);
+  CHECK(reordered.step_time_s < packed.step_time_s);
+  CHECK(reordered.attention_work_mean == Approx(packed.attention_work_mean));
+  // mean_tokens is required.
+  nlohmann::json j = nlohmann::json::parse(kSmallMoe);
+  j["training"]["documents"] = {{"sigma", 1.0}};
+  CHECK_THROWS_WITH(load_scenario(j, "test.json", ""), Catch::Contains("/training/documents/mean_tokens"));
+}

@@ -5,6 +5,7 @@
 
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/engine.hpp"
+#include "moesim/sim/flow.hpp"
 #include "moesim/sim/units.hpp"
 
 using namespace moesim;
@@ -214,4 +215,57 @@ TEST_CASE("engine: the critical path covers the makespan", "[sim][engine]") {
   Tick sum = 0;
   for (TaskId t : path) sum += g.duration(t);
   CHECK(sum == r.makespan);
+}
+
+TEST_CASE("flows: max-min sharing on a hand-worked three-flow example", "[sim][flow]") {
+  // Link A 10 GB/s, link B 4 GB/s. Flow 1 uses A, flow 2 uses A and B, flow 3 uses B.
+  // Progressive filling: B saturates first (2 flows x 2 GB/s), freezing flows 2 and 3 at 2;
+  // flow 1 takes the rest of A: 8 GB/s.
+  FlowNetwork net({10e9, 4e9});
+  net.add(100e9, {0});
+  net.add(20e9, {0, 1});
+  net.add(40e9, {1});
+  std::vector<double> rate;
+  const std::vector<std::uint32_t> all{0, 1, 2};
+  net.max_min_rates(all, rate);
+  CHECK(rate[0] == Approx(8e9));
+  CHECK(rate[1] == Approx(2e9));
+  CHECK(rate[2] == Approx(2e9));
+  // At 10 s flow 2 is done (20 GB at 2) and flow 1 has 20 GB left, flow 3 20 GB. Rates are
+  // recomputed: flow 1 alone on A (10 GB/s) ends at 12 s, flow 3 alone on B (4 GB/s) at 15 s.
+  const FlowRun r = net.run();
+  CHECK(to_seconds(r.finish[1]).value() == Approx(10.0));
+  CHECK(to_seconds(r.finish[0]).value() == Approx(12.0));
+  CHECK(to_seconds(r.finish[2]).value() == Approx(15.0));
+  CHECK(to_seconds(r.makespan).value() == Approx(15.0));
+  CHECK(r.recomputations == 3);  // start; flow 2 ends; flow 1 ends
+}
+
+TEST_CASE("flows: N flows into one port take N times one flow; late flows share from their release",
+          "[sim][flow]") {
+  // Links 0..7: senders' uplinks (25 GB/s); link 8: the receiver's port (25 GB/s).
+  auto incast = [](int n) {
+    FlowNetwork net(std::vector<double>(9, 25e9));
+    for (std::uint32_t i = 0; i < static_cast<std::uint32_t>(n); ++i) net.add(1e9, {i, 8});
+    return to_seconds(net.run().makespan).value();
+  };
+  const double one = incast(1);
+  CHECK(one == Approx(1e9 / 25e9));
+  for (int n : {2, 4, 8}) CHECK(incast(n) == Approx(n * one));
+  // A second flow released half-way: alone for 0.02 s, then both at half rate.
+  FlowNetwork net({25e9});
+  net.add(1e9, {0});
+  net.add(1e9, {0}, to_ticks(Seconds{0.02}));
+  const FlowRun r = net.run();
+  CHECK(to_seconds(r.finish[0]).value() == Approx(0.02 + 2 * 0.5e9 / 25e9));
+  CHECK(to_seconds(r.finish[1]).value() == Approx(0.02 + 2 * 0.5e9 / 25e9 + 0.5e9 / 25e9));
+  // Bytes are conserved: the port carried 2 GB in exactly 2 GB / 25 GB/s of busy time.
+  CHECK(to_seconds(r.makespan).value() - 0.02 == Approx(1.5e9 / 25e9));
+  // Zero bytes or an empty path finish at release.
+  FlowNetwork z({1e9});
+  z.add(0, {0}, 5);
+  z.add(1e6, std::span<const std::uint32_t>{}, 7);
+  const FlowRun rz = z.run();
+  CHECK(rz.finish[0] == 5);
+  CHECK(rz.finish[1] == 7);
 }

@@ -4,11 +4,14 @@
 #include <cassert>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "moesim/models/device.hpp"
 #include "moesim/models/routing.hpp"
 #include "moesim/sim/random.hpp"
+#include "moesim/strategies/netflow.hpp"
 
 namespace moesim::strategies {
 
@@ -73,6 +76,7 @@ enum class Role : std::uint8_t {
   ExpertWgrad,   ///< weight gradient
   ToExperts,     ///< all-to-all carrying token copies to the experts' ranks
   FromExperts,   ///< all-to-all carrying expert outputs back
+  Attention,     ///< attention core: scales with the documents packed in the micro-batch
 };
 
 struct Step {
@@ -182,6 +186,10 @@ class Lowering {
     tok_.Texp = tok_.Tseq * lay_.etp;
     prec_ = s.training.precision;
     builder_ = sim::TaskGraphBuilder(category_names());
+    // The flow-level network model times the all-to-alls of event simulations; screening (a
+    // shape cache is given) and fast fidelity keep the analytical model.
+    if (cache == nullptr && s.simulation.network == NetworkModel::Flow && s.simulation.fidelity != Fidelity::Fast)
+      flow_ = std::make_unique<FlowCollectives>(topo);
   }
 
   Lowered run();
@@ -196,6 +204,10 @@ class Lowering {
     for (int g = 0; g < kNumGroupKinds; ++g) {
       const auto kind = static_cast<GroupKind>(g);
       const std::array<int, 8> key{g, lay_.tp, lay_.cp, lay_.dp, lay_.ep, lay_.etp, offset, 0};
+      if (flow_) {
+        group_devices_[g].clear();
+        for (int l : lay_.members(kind, 0)) group_devices_[g].push_back(stage * lay_.block + l);
+      }
       if (shape_cache_ != nullptr) {
         auto it = shape_cache_->shapes.find(key);
         if (it != shape_cache_->shapes.end()) {
@@ -207,10 +219,22 @@ class Lowering {
       std::vector<int> devs;
       for (int l : locals) devs.push_back(stage * lay_.block + l);
       shape_[g] = analyze_group(topo_, devs);
+
       if (shape_cache_ != nullptr) shape_cache_->shapes.emplace(key, shape_[g]);
     }
   }
   [[nodiscard]] const GroupShape& shape(GroupKind g) const { return shape_[static_cast<int>(g)]; }
+  /// All-to-all on the current stage's group `g` through the flow-level model; uniform volumes
+  /// are cached by (first device, bytes, dedup).
+  CollectiveCost flow_alltoall(GroupKind g, double bytes, Algorithm algo, double dedup) {
+    const auto& devs = group_devices_[static_cast<int>(g)];
+    const std::tuple<int, double, double, int> key{devs.front(), bytes, dedup, static_cast<int>(algo)};
+    auto it = flow_cache_.find(key);
+    if (it != flow_cache_.end()) return it->second;
+    const int concurrent = std::max(1, lay_.block / static_cast<int>(devs.size()));
+    const CollectiveCost c = flow_->alltoall(bytes, devs, shape(g), algo, dedup, concurrent);
+    return flow_cache_.emplace(key, c).first->second;
+  }
 
   // ---- durations ---------------------------------------------------------------------------
   [[nodiscard]] double tokens_in(Region r) const {
@@ -273,7 +297,8 @@ class Lowering {
     Algorithm algo = Algorithm::Auto;
     if (kind == Collective::AllToAll)
       algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
-    const CollectiveCost c = collective_cost(kind, bytes, sh, algo, dedup);
+    const CollectiveCost c = flow_ && kind == Collective::AllToAll ? flow_alltoall(g, bytes, algo, dedup)
+                                                                   : collective_cost(kind, bytes, sh, algo, dedup);
     st.duration = to_ticks(c.time);
     note_collective(g, kind, c, bytes, sh.size, count);
     return st;
@@ -421,6 +446,9 @@ class Lowering {
   Lowered out_;
   // per stage, per chunk: programs
   ShapeCache* shape_cache_ = nullptr;
+  std::unique_ptr<FlowCollectives> flow_;  ///< the flow-level network model, when used
+  std::array<std::vector<int>, kNumGroupKinds> group_devices_;  ///< current stage, group of local 0
+  std::map<std::tuple<int, double, double, int>, CollectiveCost> flow_cache_;
   int current_moe_layer_ = -1;  ///< MoE layer ordinal of the item being built (-1: none)
   [[nodiscard]] int moe_ordinal(const models::PipelineItem& item) const {
     if (!m_.is_moe()) return -1;
@@ -442,10 +470,25 @@ class Lowering {
     std::vector<std::vector<double>> copies;  ///< [ep rank][local expert] token copies (after drops)
     std::vector<double> recv;                 ///< [ep rank] copies
     Tick to_experts = 0, from_experts = 0;    ///< all-to-all durations
-    double dropped = 0, total = 0;
+    double dropped = 0, total = 0, total_kept = 0;
   };
   std::map<std::array<int, 3>, MoeDraw> draws_;
   std::map<int, std::vector<double>> popularity_;  ///< per MoE layer
+  /// Where each expert's copies are computed: per expert, (EP rank, share of its copies).
+  struct Placement {
+    std::vector<std::vector<std::pair<int, double>>> where;
+    int moved = 0;  ///< experts (replicas) whose rank differs from the static placement
+    std::vector<int> moved_in;  ///< per EP rank: replicas it has to fetch
+  };
+  /// Seconds per step one rank of `stage` spends fetching migrated experts (weights and its
+  /// optimizer shard), the re-placement every interval_steps amortised over them.
+  double migration_seconds(int stage);
+  std::map<int, Placement> placement_;  ///< per MoE layer
+  /// Packed documents: attention work of (simulated data-parallel index, micro-batch) relative
+  /// to one causal sequence per sample; the simulated indices are the slowest ranks.
+  std::vector<std::vector<double>> attention_factor_;
+  void sample_documents();
+  const Placement& placement(int moe_layer);
   void expert_load_stats();
   const MoeDraw& draw(int moe_layer, int mb, int group);
   Tick routed_duration(const Step& st, int mb, int local);
@@ -692,6 +735,7 @@ void Lowering::emit_attention(const Op& op, const std::string& label, Builder& b
     const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
     const Seconds t = cm_.attention(bh, sq, skv, op.d_qk, op.d_v, causal, backward ? op.bwd_data_factor : 0.0, prec_);
     b.chained(compute(cat, t, fl, lbl));
+    if (s_.training.documents.packed) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
     (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
   } else {
     // Unfused (Megatron before flash attention): batched GEMMs over the full s x s scores, a
@@ -963,6 +1007,7 @@ const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
   d.copies.assign(static_cast<std::size_t>(ep), std::vector<double>(static_cast<std::size_t>(per), 0.0));
   d.recv.assign(static_cast<std::size_t>(ep), 0.0);
   const double cap = s_.routing.capacity_factor > 0 ? std::ceil(s_.routing.capacity_factor * copies / E) : 0.0;
+  std::vector<double> per_expert(static_cast<std::size_t>(E), 0.0);
   for (int e = 0; e < E; ++e) {
     double x = static_cast<double>(load[e]);
     d.total += x;
@@ -970,10 +1015,20 @@ const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
       d.dropped += x - cap;
       x = cap;
     }
-    // Static placement: expert e on expert-parallel rank e / (E / ep).
-    d.copies[e / per][e % per] = x;
-    d.recv[e / per] += x;
+    d.total_kept += x;
+    per_expert[e] = x;
   }
+  // Experts' copies onto their ranks (a replicated expert's copies split over its replicas).
+  const Placement& pl = placement(moe_layer);
+  std::vector<int> fill(static_cast<std::size_t>(ep), 0);
+  for (int e = 0; e < E; ++e)
+    for (const auto& [rank, share] : pl.where[e]) {
+      auto& slots = d.copies[rank];
+      const int slot = fill[rank]++;
+      if (slot >= static_cast<int>(slots.size())) slots.resize(static_cast<std::size_t>(slot) + 1, 0.0);
+      slots[slot] = per_expert[e] * share;
+      d.recv[rank] += per_expert[e] * share;
+    }
   // All-to-all volumes: every source holds an equal share of the tokens, so member i sends
   // recv[j] / ep copies to member j.
   const double bytes_per_copy = static_cast<double>(m_.hidden) * models::kActivationBytes;
@@ -983,13 +1038,186 @@ const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
   std::vector<std::vector<double>> from(to.size(), std::vector<double>(to.size(), 0.0));
   for (int i = 0; i < ep; ++i)
     for (int j = 0; j < ep; ++j) from[j][i] = to[i][j];
-  std::vector<int> node;
-  for (int l : lay_.members(GroupKind::Ep, 0)) node.push_back(l / topo_.spec().devices_per_node);
   const Algorithm algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
   const double dedup = alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
-  d.to_experts = to_ticks(alltoallv_cost(to, node, shape(GroupKind::Ep), algo, dedup).time);
-  d.from_experts = to_ticks(alltoallv_cost(from, node, shape(GroupKind::Ep), algo, dedup).time);
+  if (flow_) {
+    // The expert-parallel group `group` of the current stage.
+    const auto& devs0 = group_devices_[static_cast<int>(GroupKind::Ep)];
+    const int base = devs0.front() - devs0.front() % lay_.block;
+    std::vector<int> devs;
+    for (int l : lay_.members(GroupKind::Ep, group * lay_.etp * ep)) devs.push_back(base + l);
+    const int concurrent = std::max(1, lay_.block / ep);
+    d.to_experts = to_ticks(flow_->alltoallv(to, devs, shape(GroupKind::Ep), algo, dedup, concurrent).time);
+    d.from_experts = to_ticks(flow_->alltoallv(from, devs, shape(GroupKind::Ep), algo, dedup, concurrent).time);
+  } else {
+    std::vector<int> node;
+    for (int l : lay_.members(GroupKind::Ep, 0)) node.push_back(l / topo_.spec().devices_per_node);
+    d.to_experts = to_ticks(alltoallv_cost(to, node, shape(GroupKind::Ep), algo, dedup).time);
+    d.from_experts = to_ticks(alltoallv_cost(from, node, shape(GroupKind::Ep), algo, dedup).time);
+  }
   return draws_.emplace(key, std::move(d)).first->second;
+}
+
+const Lowering::Placement& Lowering::placement(int moe_layer) {
+  auto it = placement_.find(moe_layer);
+  if (it != placement_.end()) return it->second;
+  const int E = m_.num_experts, ep = lay_.ep, per = E / ep;
+  const PlacementSpec& ps = s_.placement;
+  Placement st;  // static: expert e on rank e / per
+  st.where.resize(static_cast<std::size_t>(E));
+  for (int e = 0; e < E; ++e) st.where[e] = {{e / per, 1.0}};
+  if (!ps.rebalance) return placement_.emplace(moe_layer, std::move(st)).first->second;
+
+  // Predicted load: an exponential moving average of the loads of the previous steps (each a
+  // draw of one step's copies of this group from the layer's popularity), newest weighted 1 - ema.
+  const auto& pop = popularity_.at(moe_layer);
+  const double step_copies = tok_.Tseq * lay_.etp * m_.top_k * ep * p_.num_microbatches;
+  Rng rng = Rng::stream(s_.seed, "placement/layer" + std::to_string(moe_layer));
+  std::vector<double> pred(static_cast<std::size_t>(E), 0.0);
+  const int history = 32;
+  for (int h = 0; h < history; ++h) {
+    const auto load = models::sample_expert_load(pop, static_cast<std::uint64_t>(std::llround(step_copies)), rng);
+    for (int e = 0; e < E; ++e) pred[e] = h == 0 ? static_cast<double>(load[e]) : ps.ema * pred[e] + (1 - ps.ema) * load[e];
+  }
+  // Redundant experts: each extra replica goes to the expert with the highest load per replica.
+  std::vector<int> replicas(static_cast<std::size_t>(E), 1);
+  for (int r = 0; r < ps.redundant_experts; ++r) {
+    int best = 0;
+    for (int e = 1; e < E; ++e)
+      if (pred[e] / replicas[e] > pred[best] / replicas[best]) best = e;
+    if (replicas[best] >= ep) break;  // at most one replica per rank
+    ++replicas[best];
+  }
+  // Greedy (longest processing time first): replicas by load, each onto the least loaded rank
+  // with a free slot that does not hold the expert yet.
+  const int slots = per + (ps.redundant_experts + ep - 1) / ep;
+  std::vector<std::pair<double, int>> items;  // (load per replica, expert)
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < replicas[e]; ++r) items.emplace_back(pred[e] / replicas[e], e);
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<double> rank_load(static_cast<std::size_t>(ep), 0.0);
+  std::vector<int> used(static_cast<std::size_t>(ep), 0);
+  Placement bal;
+  bal.where.resize(static_cast<std::size_t>(E));
+  bal.moved_in.assign(static_cast<std::size_t>(ep), 0);
+  for (const auto& [load, e] : items) {
+    int best = -1;
+    for (int r = 0; r < ep; ++r) {
+      if (used[r] >= slots) continue;
+      bool holds = false;
+      for (const auto& w : bal.where[e]) holds = holds || w.first == r;
+      if (holds) continue;
+      if (best < 0 || rank_load[r] < rank_load[best]) best = r;
+    }
+    if (best < 0) best = static_cast<int>(std::min_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
+    bal.where[e].emplace_back(best, 1.0 / replicas[e]);
+    rank_load[best] += load;
+    ++used[best];
+    if (best != e / per) {
+      ++bal.moved;
+      ++bal.moved_in[best];
+    }
+  }
+  // Migrate only when the predicted imbalance (coefficient of variation of the ranks' loads)
+  // drops by more than the threshold.
+  auto cv = [&](const Placement& p) {
+    std::vector<double> l(static_cast<std::size_t>(ep), 0.0);
+    for (int e = 0; e < E; ++e)
+      for (const auto& [r, share] : p.where[e]) l[r] += pred[e] * share;
+    const double mean = std::accumulate(l.begin(), l.end(), 0.0) / ep;
+    double var = 0;
+    for (double x : l) var += (x - mean) * (x - mean);
+    return mean > 0 ? std::sqrt(var / ep) / mean : 0.0;
+  };
+  const bool migrate = cv(st) - cv(bal) > ps.threshold;
+  return placement_.emplace(moe_layer, migrate ? std::move(bal) : std::move(st)).first->second;
+}
+
+void Lowering::sample_documents() {
+  const DocumentSpec& ds = s_.training.documents;
+  const int dp = p_.dp, m = p_.num_microbatches, mbs = p_.mbs;
+  const double seq = static_cast<double>(s_.training.seq_length);
+  const int n = dp * m * mbs;  // sequences of one step
+  // Documents of lognormal length fill the sequences back to back (a document cut at a
+  // sequence's end continues in the next); attention stays inside each document.
+  Rng rng = Rng::stream(s_.seed, "documents");
+  const double mu = std::log(ds.mean_tokens) - 0.5 * ds.sigma * ds.sigma;
+  std::vector<double> work(static_cast<std::size_t>(n), 0.0);
+  double carry = 0;
+  for (int i = 0; i < n; ++i) {
+    double room = seq, w = 0;
+    while (room > 0) {
+      double len = carry > 0 ? carry : std::max(1.0, std::round(std::exp(mu + ds.sigma * rng.normal())));
+      carry = 0;
+      if (len > room) {
+        carry = len - room;
+        len = room;
+      }
+      w += len * len;
+      room -= len;
+    }
+    work[i] = w / (seq * seq);
+  }
+  // Sequences to (rank, micro-batch): in order, or, reordered, longest-work-first onto the
+  // least-loaded data-parallel rank with room, then likewise onto its micro-batches.
+  std::vector<std::vector<double>> per_rank(static_cast<std::size_t>(dp));
+  if (!ds.reorder) {
+    for (int i = 0; i < n; ++i) per_rank[i / (m * mbs)].push_back(work[i]);
+  } else {
+    std::vector<int> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return work[a] > work[b]; });
+    std::vector<double> sum(static_cast<std::size_t>(dp), 0.0);
+    for (int i : order) {
+      int best = -1;
+      for (int r = 0; r < dp; ++r)
+        if (static_cast<int>(per_rank[r].size()) < m * mbs && (best < 0 || sum[r] < sum[best])) best = r;
+      per_rank[best].push_back(work[i]);
+      sum[best] += work[i];
+    }
+  }
+  std::vector<std::pair<double, std::vector<double>>> ranks;  // (total, per micro-batch factor)
+  for (auto& seqs : per_rank) {
+    std::vector<double> mb(static_cast<std::size_t>(m), 0.0);
+    if (!ds.reorder) {
+      for (std::size_t j = 0; j < seqs.size(); ++j) mb[j / mbs] += seqs[j] / mbs;
+    } else {
+      std::vector<int> cnt(static_cast<std::size_t>(m), 0);
+      for (double w : seqs) {  // already longest first
+        int best = -1;
+        for (int k = 0; k < m; ++k)
+          if (cnt[k] < mbs && (best < 0 || mb[k] < mb[best])) best = k;
+        mb[best] += w / mbs;
+        ++cnt[best];
+      }
+    }
+    ranks.emplace_back(std::accumulate(mb.begin(), mb.end(), 0.0), std::move(mb));
+  }
+  // The step waits for the slowest data-parallel ranks at the gradient reduction: simulate those.
+  std::stable_sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  double mean = 0;
+  for (const auto& r : ranks) mean += r.first / dp;
+  out_.attention_work_max_over_mean = mean > 0 ? ranks.front().first / mean : 1.0;
+  out_.attention_work_mean = mean / m;
+  attention_factor_.clear();
+  for (auto& r : ranks) attention_factor_.push_back(std::move(r.second));
+}
+
+double Lowering::migration_seconds(int stage) {
+  if (!skewed_ || !s_.placement.rebalance) return 0.0;
+  const double params = 3.0 * static_cast<double>(m_.hidden) * static_cast<double>(m_.expert_ffn_hidden) / lay_.etp;
+  const double bytes_per_param = 2.0 + (p_.distributed_optimizer ? 12.0 / lay_.edp : 12.0);
+  const GroupShape& sh = shape(GroupKind::Ep);
+  const double bw = sh.spans_nodes() ? sh.inter_bandwidth : sh.intra_bandwidth;
+  double worst_total = 0;
+  for (const auto& chunk : out_.stages[stage].chunk_items)
+    for (int idx : chunk) {
+      const int k = moe_ordinal(w_.items[idx]);
+      if (k < 0 || placement_.find(k) == placement_.end()) continue;
+      const auto& mi = placement_.at(k).moved_in;
+      if (!mi.empty()) worst_total += *std::max_element(mi.begin(), mi.end());
+    }
+  return bw > 0 ? worst_total * params * bytes_per_param / bw / s_.placement.interval_steps : 0.0;
 }
 
 Tick Lowering::routed_duration(const Step& st, int mb, int local) {
@@ -1085,6 +1313,8 @@ void Lowering::expert_load_stats() {
     el.imbalance_score = sum_score / n;
   }
   el.drop_rate = routed > 0 ? dropped / routed : 0.0;
+  el.placement = s_.placement.rebalance ? "rebalanced" : "static";
+  for (const auto& [k, pl] : placement_) el.experts_moved += pl.moved;
 }
 
 Lowered Lowering::run() {
@@ -1224,6 +1454,7 @@ Lowered Lowering::run() {
     }
   }
 
+  if (s_.training.documents.packed) sample_documents();
   emit(fid);
   if (m_.is_moe()) expert_load_stats();
 
@@ -1322,7 +1553,13 @@ void Lowering::emit(Fidelity fid) {
       if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
       for (int q = 0; q < per_stage; ++q) {
         const int local = sim_locals_[q];
-        const Tick dur = skewed_ && st.role != Role::None ? routed_duration(st, mb, local) : st.duration;
+        Tick dur = st.duration;
+        if (st.role == Role::Attention) {
+          const int dp_i = local / (p_.tp * p_.cp);
+          dur = static_cast<Tick>(std::llround(static_cast<double>(dur) * attention_factor_[dp_i][mb]));
+        } else if (skewed_ && st.role != Role::None) {
+          dur = routed_duration(st, mb, local);
+        }
         sim::TaskId t;
         if (shared) {
           const int g = lay_.group_index(st.group, local);
@@ -1510,6 +1747,17 @@ void Lowering::emit(Fidelity fid) {
           if (t != sim::kNoTask) builder_.depend(t, opt[l]);
         }
       for (sim::TaskId t : dp_tasks[rank_index(stage, l)]) builder_.depend(t, opt[l]);
+    }
+    // Load-aware expert placement: the moved experts' weights and optimizer shards are fetched
+    // after the optimizer step (every interval_steps, amortised per step).
+    if (const double mig = migration_seconds(stage); mig > 0) {
+      out_.expert_load.migration_seconds = std::max(out_.expert_load.migration_seconds, mig);
+      for (int l = 0; l < per_stage; ++l) {
+        const SimRank& r = ranks[rank_index(stage, l)];
+        const sim::TaskId t = builder_.add_task(to_ticks(Seconds{mig}), kEpComm, builder_.label("expert_migration"), -1,
+                                                {r.streams[static_cast<int>(Stream::Ep)]});
+        builder_.depend(opt[l], t);
+      }
     }
     if (distopt && !p_.overlap_param_gather) {
       auto ag = emit_dp(stage, si.params_dense, si.params_expert, true, "param_gather");

@@ -152,6 +152,16 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "unfused"});
   t.workload.attention = kernel == "unfused" ? models::AttentionKernel::Unfused : models::AttentionKernel::Flash;
   t.workload.dropout = r.number({"dropout"}, 0.0, 0.0, 0.99);
+  if (const auto* d = r.get({"documents"})) {
+    ObjectReader q(*d, r.child_pointer("documents"), diag);
+    t.documents.packed = true;
+    const auto mean = q.opt_number({"mean_tokens"}, 1.0, 1e9);
+    if (!mean) diag.error(q.child_pointer("mean_tokens"), "", "is required (mean document length in tokens)");
+    t.documents.mean_tokens = mean.value_or(1.0);
+    t.documents.sigma = q.number({"sigma"}, 1.0, 0.0, 5.0);
+    t.documents.reorder = q.boolean({"reorder"}, false);
+    q.finish();
+  }
   r.finish();
 }
 
@@ -463,6 +473,8 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     ObjectReader r(*sim, "/simulation", diag);
     const std::string f = r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"});
     s.simulation.fidelity = *parse_fidelity(f);
+    s.simulation.network =
+        r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
     r.finish();
   }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));

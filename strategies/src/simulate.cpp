@@ -251,6 +251,9 @@ Simulation simulate(const Scenario& s) {
   }
   r.collectives = low.collectives;
   r.expert_load = low.expert_load;
+  r.documents_packed = s.training.documents.packed;
+  r.attention_work_max_over_mean = low.attention_work_max_over_mean;
+  r.attention_work_mean = low.attention_work_mean;
   r.dp = s.plan.dp;
   r.ep = s.model.is_moe() ? s.plan.ep_size() : 1;
   r.etp = s.model.is_moe() ? s.plan.etp_size() : 1;
@@ -336,11 +339,18 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
                         {"max_over_mean_worst", el.max_over_mean_worst},
                         {"imbalance_score", el.imbalance_score},
                         {"drop_rate", el.drop_rate},
+                        {"placement", el.placement},
+                        {"experts_moved", el.experts_moved},
+                        {"migration_s_per_step", el.migration_seconds},
                         {"a2a_bytes_per_rank", el.a2a_bytes_per_rank},
                         {"layer_rank_share", el.layer_rank_share}};
   } else {
     j["expert_load"] = nullptr;
   }
+  if (r.documents_packed)
+    j["documents"] = {{"reorder", s.training.documents.reorder},
+                      {"attention_work_mean", r.attention_work_mean},
+                      {"attention_work_max_over_mean", r.attention_work_max_over_mean}};
   json plan = s.document.contains("parallelism") ? s.document["parallelism"] : json::object();
   j["plan"] = {{"tp", s.plan.tp},
                {"pp", s.plan.pp},

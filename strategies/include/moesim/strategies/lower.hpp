@@ -89,6 +89,9 @@ struct ExpertLoad {
   double max_over_mean_worst = 1;  ///< the worst (MoE layer, micro-batch)
   double imbalance_score = 0;      ///< mean over (MoE layer, micro-batch) of (max - min) / total
   double drop_rate = 0;            ///< copies dropped by the capacity factor / copies routed
+  std::string placement = "static";
+  int experts_moved = 0;           ///< replicas placed away from the static placement, all MoE layers
+  double migration_seconds = 0;    ///< per step, worst stage: moved experts' bytes amortised
   /// Bytes each EP rank sends (and, with sources holding equal token shares, receives) in the
   /// expert all-to-alls of one step: dispatch and combine, forward and backward.
   std::vector<double> a2a_bytes_per_rank;
@@ -106,6 +109,10 @@ struct Lowered {
   std::vector<StageOrder> schedule;
   double optimizer_seconds = 0;
   ExpertLoad expert_load;  ///< MoE models only
+  /// Packed documents: attention work of the slowest data-parallel rank over the mean, and the
+  /// mean work per micro-batch relative to whole causal sequences.
+  double attention_work_max_over_mean = 1;
+  double attention_work_mean = 1;
 };
 
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w);

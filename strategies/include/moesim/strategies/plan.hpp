@@ -76,7 +76,17 @@ struct Plan {
   [[nodiscard]] int virtual_stages() const { return pp * vpp; }
 };
 
+/// Sequences packed from documents with attention inside each document (varlen flash
+/// attention): a sequence's attention work is sum(len^2) / seq^2 of one causal sequence.
+struct DocumentSpec {
+  bool packed = false;
+  double mean_tokens = 0;  ///< mean document length (lognormal)
+  double sigma = 1.0;      ///< lognormal shape: spread of document lengths
+  bool reorder = false;    ///< balance attention work over data-parallel ranks and micro-batches
+};
+
 struct TrainingSpec {
+  DocumentSpec documents;
   std::int64_t seq_length = 4096;
   std::int64_t global_batch_size = 1;
   models::Precision precision = models::Precision::BF16;
@@ -97,8 +107,14 @@ struct PlacementSpec {
   int redundant_experts = 0;   ///< extra replicas of the hottest experts, per EP group
 };
 
+/// How collectives get their durations: the flow-level model (flows over the topology sharing
+/// links max-min fairly; all-to-all(v) at balanced and full fidelity) or the analytical alpha-beta
+/// model (always at fast fidelity and when screening plans in a search).
+enum class NetworkModel : std::uint8_t { Flow, Analytical };
+
 struct SimulationOptions {
   Fidelity fidelity = Fidelity::Balanced;
+  NetworkModel network = NetworkModel::Flow;
 };
 
 struct Scenario {

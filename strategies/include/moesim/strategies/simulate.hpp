@@ -73,6 +73,9 @@ struct Result {
   std::vector<StageResult> stages;
   std::vector<CollectiveUse> collectives;
   ExpertLoad expert_load;  ///< MoE models
+  bool documents_packed = false;
+  double attention_work_max_over_mean = 1;  ///< slowest data-parallel rank / mean (packed documents)
+  double attention_work_mean = 1;           ///< relative to whole causal sequences
   // plan as resolved
   int dp = 1, ep = 1, etp = 1, edp = 1, num_microbatches = 1;
   std::vector<int> layers_per_virtual_stage;

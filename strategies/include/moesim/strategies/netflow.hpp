@@ -1,0 +1,60 @@
+#pragma once
+// Collectives as flows over the topology: the flow-level network model.
+//
+//   FlowCollectives net(topo);
+//   CollectiveCost c = net.alltoallv(bytes, devices, shape, Algorithm::Pairwise);
+//
+// A collective on concrete devices becomes flows along the topology's routes (split evenly
+// over the fabric's equal-cost paths, e.g. CloudMatrix 384's seven UB planes); the flows share
+// every link max-min fairly (sim::FlowNetwork), so incast at a hot receiver, a NIC shared by
+// a rail-aligned (PXN) hop and an oversubscribed spine all appear without a formula for each.
+// The same collective runs at the same time in the other groups of the stage (the data-
+// parallel replicas are in lockstep); their traffic is represented by dividing the capacity of
+// the spine links by `concurrent` instances, the others' own ports being their own.
+//
+// Hierarchical all-to-all runs in two phases: rail peers exchange each server's aggregate
+// across servers (deduplicated copies), then every server redistributes inside; a server's
+// second phase starts when its first-phase traffic has arrived.
+//
+// The per-step software latency of the algorithms (alpha terms) is added as in the analytical
+// model; bandwidth terms come from the flows.
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "moesim/strategies/collectives.hpp"
+#include "moesim/topologies/topology.hpp"
+
+namespace moesim::strategies {
+
+class FlowCollectives {
+ public:
+  explicit FlowCollectives(const topologies::Topology& topo) : topo_(topo) {}
+
+  /// bytes[i][j]: from devices[i] to devices[j].
+  CollectiveCost alltoallv(const std::vector<std::vector<double>>& bytes, std::span<const int> devices,
+                           const GroupShape& shape, Algorithm algo, double dedup = 1.0, int concurrent = 1);
+
+  /// Equal volumes: every member holds `bytes` and sends bytes/p to each member.
+  CollectiveCost alltoall(double bytes, std::span<const int> devices, const GroupShape& shape, Algorithm algo,
+                          double dedup = 1.0, int concurrent = 1);
+
+  [[nodiscard]] std::uint64_t flows() const { return flows_; }
+  [[nodiscard]] std::uint64_t recomputations() const { return recomputations_; }
+
+ private:
+  struct Path {
+    std::vector<std::uint64_t> links;  ///< topology links as (from vertex << 32 | to vertex)
+    std::vector<double> bandwidth;     ///< per link, bytes/s
+    std::vector<char> fabric;          ///< per link: a spine link shared with other groups
+    double latency = 0;
+  };
+  const std::vector<Path>& paths(int src, int dst);
+  const topologies::Topology& topo_;
+  std::unordered_map<std::uint64_t, std::vector<Path>> paths_;
+  std::uint64_t flows_ = 0, recomputations_ = 0;
+};
+
+}  // namespace moesim::strategies
