@@ -9,6 +9,8 @@
 #include "moesim/models/routing.hpp"
 #include "moesim/sim/random.hpp"
 #include "moesim/strategies/collectives.hpp"
+#include "moesim/strategies/netflow.hpp"
+#include "moesim/topologies/topology.hpp"
 #include "moesim/strategies/simulate.hpp"
 
 using namespace moesim;
@@ -258,4 +260,52 @@ TEST_CASE("packed documents: attention follows the documents; reordering balance
   nlohmann::json j = nlohmann::json::parse(kSmallMoe);
   j["training"]["documents"] = {{"sigma", 1.0}};
   CHECK_THROWS_WITH(load_scenario(j, "test.json", ""), Catch::Contains("/training/documents/mean_tokens"));
+}
+
+TEST_CASE("flow-level all-to-all: bytes conserved, incast, hierarchical and all-gather cross-server volumes",
+          "[moe][flow]") {
+  Diagnostics diag("test");
+  const auto spec = topologies::load_cluster({{"preset", "atlas-800t-a2"}, {"devices", 64}}, "/cluster", diag);
+  REQUIRE(diag.ok());
+  const topologies::Topology topo = topologies::build_topology(spec);
+  std::vector<int> devs(32);
+  std::iota(devs.begin(), devs.end(), 0);  // 4 servers x 8
+  const GroupShape g = analyze_group(topo, devs);
+  REQUIRE(g.nodes == 4);
+  const double n = 64e6;
+  FlowCollectives net(topo);
+  // Every byte a member sends to another member enters the network once.
+  const auto flat = net.alltoall(n, devs, g, Algorithm::Pairwise);
+  CHECK(net.bytes_injected() == Approx(32.0 * n * 31 / 32));
+  CHECK(flat.inter_bytes == Approx(n * 24 / 32));
+  // Hierarchical: the cross-server phase carries dedup of the copies; all-gather: every token
+  // once per other server (n / top_k each); the second phase redistributes inside the server.
+  const double dedup = alltoall_dedup_ratio(256, 8, 4);
+  const auto hier = net.alltoall(n, devs, g, Algorithm::HierarchicalAllToAll, dedup);
+  const auto gather = net.alltoall(n, devs, g, Algorithm::AllGatherAllToAll, 1.0 / 8);
+  CHECK(hier.inter_bytes == Approx(flat.inter_bytes * dedup));
+  CHECK(gather.inter_bytes == Approx(3 * n / 8));
+  CHECK(hier.time.value() < flat.time.value());
+  CHECK(gather.time.value() < flat.time.value());
+  // The analytical formulas carry the same volumes.
+  const auto a_hier = collective_cost(Collective::AllToAll, n, g, Algorithm::HierarchicalAllToAll, dedup);
+  const auto a_gather = collective_cost(Collective::AllToAll, n, g, Algorithm::AllGatherAllToAll, 1.0 / 8);
+  CHECK(a_hier.inter_bytes == Approx(hier.inter_bytes));
+  CHECK(a_gather.inter_bytes == Approx(gather.inter_bytes));
+  // Uniform pairwise: NIC-bound in both models; the flow model also charges the rail-aligned
+  // first hop on the scale-up link, so it is never faster.
+  const auto a_flat = collective_cost(Collective::AllToAll, n, g, Algorithm::Pairwise);
+  CHECK(flat.time.value() >= 0.999 * a_flat.time.value());
+  CHECK(flat.time.value() < 1.5 * a_flat.time.value());
+  // Incast: 1, 2, 3 servers' members (same rail) sending to member 0 share its NIC.
+  auto incast = [&](int senders) {
+    std::vector<std::vector<double>> m(32, std::vector<double>(32, 0.0));
+    for (int s = 1; s <= senders; ++s) m[8 * s][0] = 100e6;
+    FlowCollectives one(topo);
+    return one.alltoallv(m, devs, g, Algorithm::Pairwise).time.value();
+  };
+  const double lat = 7 * g.intra_latency + 24 * g.inter_latency;
+  const double t1 = incast(1) - lat;
+  CHECK(incast(2) - lat == Approx(2 * t1).epsilon(0.01));
+  CHECK(incast(3) - lat == Approx(3 * t1).epsilon(0.01));
 }

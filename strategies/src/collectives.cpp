@@ -27,6 +27,7 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::Pairwise: return "pairwise";
     case Algorithm::HierarchicalAllToAll: return "hierarchical-a2a";
+    case Algorithm::AllGatherAllToAll: return "allgather-a2a";
   }
   return "?";
 }
@@ -126,10 +127,13 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
       const double t_inter = inter > 0 ? inter / g.inter_bandwidth : 0.0;
       return lat + std::max(t_intra, t_inter);
     };
+    // All-gather variant: every token (n x dedup bytes) to each of the m - 1 other servers,
+    // which is the hierarchical scheme with m x dedup of the cross-server bytes left.
+    const double cross = algo == Algorithm::AllGatherAllToAll ? std::min(1.0, m * dedup) : dedup;
     auto hierarchical = [&]() {
       if (m <= 1 || k <= 1) return kInf;
       // Phase 1: to the same-index rank of every other server, one copy per token and server.
-      const double inter_dedup = inter * dedup;
+      const double inter_dedup = inter * cross;
       const double t1 = (m - 1) * g.inter_latency + inter_dedup / g.inter_bandwidth;
       // Phase 2: inside the server, deliver what arrived plus the local share to its owners.
       const double intra2 = n * (k - 1) / k;
@@ -141,11 +145,12 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     if (algo == Algorithm::Auto || algo == Algorithm::Pairwise) {
       t = pairwise();
     }
-    if (algo == Algorithm::HierarchicalAllToAll || (algo == Algorithm::Auto && m > 1 && k > 1)) {
+    if (algo == Algorithm::HierarchicalAllToAll || algo == Algorithm::AllGatherAllToAll ||
+        (algo == Algorithm::Auto && m > 1 && k > 1)) {
       const double th = hierarchical();
-      if (algo == Algorithm::HierarchicalAllToAll || th < t) {
+      if (algo != Algorithm::Auto || th < t) {
         t = th;
-        chosen = Algorithm::HierarchicalAllToAll;
+        chosen = algo == Algorithm::AllGatherAllToAll ? algo : Algorithm::HierarchicalAllToAll;
       }
     }
     if (!std::isfinite(t)) {  // hierarchical requested where it does not apply
@@ -154,8 +159,9 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     }
     c.time = Seconds{t};
     c.algorithm = chosen;
-    c.inter_bytes = chosen == Algorithm::HierarchicalAllToAll ? inter * dedup : inter;
-    c.intra_bytes = chosen == Algorithm::HierarchicalAllToAll ? n * (k - 1) / k : intra;
+    const bool two_phase = chosen == Algorithm::HierarchicalAllToAll || chosen == Algorithm::AllGatherAllToAll;
+    c.inter_bytes = two_phase ? inter * cross : inter;
+    c.intra_bytes = two_phase ? n * (k - 1) / k : intra;
     return c;
   }
 
@@ -224,11 +230,12 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
     std::map<int, int> seen;
     for (std::size_t i = 0; i < p; ++i) slot[i] = seen[node[i]]++;
   }
-  std::vector<double> tx_in(p, 0), tx_out(p, 0), rx_in(p, 0), rx_out(p, 0), rx_phase2(p, 0);
+  std::vector<double> tx_in(p, 0), tx_out(p, 0), rx_in(p, 0), rx_out(p, 0), rx_phase2(p, 0), sent(p, 0);
   for (std::size_t i = 0; i < p; ++i)
     for (std::size_t j = 0; j < p; ++j) {
       if (i == j) continue;
       const double b = bytes[i][j];
+      sent[i] += b;
       if (!(node[i] != node[j] && slot[i] == slot[j])) rx_phase2[j] += b;
       if (node[i] == node[j]) {
         tx_in[i] += b;
@@ -241,7 +248,8 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
   auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
   const double inter_peak = std::max(max_of(tx_out), max_of(rx_out));
   const double intra_peak = std::max(max_of(tx_in), max_of(rx_in));
-  const bool hier = (algo == Algorithm::HierarchicalAllToAll) && m > 1 && k > 1;
+  const bool gather = algo == Algorithm::AllGatherAllToAll;
+  const bool hier = (algo == Algorithm::HierarchicalAllToAll || gather) && m > 1 && k > 1;
   double t = 0;
   if (!hier) {
     const double lat = (k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency;
@@ -253,11 +261,14 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
   } else {
     // Phase 1 across servers (deduplicated), phase 2 inside: a member receives from its server
     // peers everything addressed to it that neither it nor its rail peers already hold.
-    const double t1 = (m - 1) * g.inter_latency + inter_peak * dedup / g.inter_bandwidth;
+    // All-gather variant: every member's tokens (dedup x its bytes) to each other server,
+    // whatever the routing.
+    const double phase1 = gather ? max_of(sent) * dedup * (m - 1) : inter_peak * dedup;
+    const double t1 = (m - 1) * g.inter_latency + phase1 / g.inter_bandwidth;
     const double t2 = (k - 1) * g.intra_latency + max_of(rx_phase2) / intra_capacity;
     t = t1 + t2;
-    c.algorithm = Algorithm::HierarchicalAllToAll;
-    c.inter_bytes = max_of(tx_out) * dedup;
+    c.algorithm = gather ? Algorithm::AllGatherAllToAll : Algorithm::HierarchicalAllToAll;
+    c.inter_bytes = gather ? phase1 : max_of(tx_out) * dedup;
     c.intra_bytes = max_of(rx_phase2);
   }
   c.time = Seconds{t};

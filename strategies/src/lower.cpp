@@ -224,6 +224,14 @@ class Lowering {
     }
   }
   [[nodiscard]] const GroupShape& shape(GroupKind g) const { return shape_[static_cast<int>(g)]; }
+  [[nodiscard]] Algorithm a2a_algorithm() const {
+    switch (p_.alltoall) {
+      case AllToAllAlgo::Hierarchical: return Algorithm::HierarchicalAllToAll;
+      case AllToAllAlgo::AllGather: return Algorithm::AllGatherAllToAll;
+      case AllToAllAlgo::Flat: break;
+    }
+    return Algorithm::Pairwise;
+  }
   /// All-to-all on the current stage's group `g` through the flow-level model; uniform volumes
   /// are cached by (first device, bytes, dedup).
   CollectiveCost flow_alltoall(GroupKind g, double bytes, Algorithm algo, double dedup) {
@@ -295,8 +303,10 @@ class Lowering {
     st.label = builder_.label(label);
     if (sh.size <= 1 || bytes <= 0) return st;
     Algorithm algo = Algorithm::Auto;
-    if (kind == Collective::AllToAll)
-      algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
+    if (kind == Collective::AllToAll) {
+      algo = a2a_algorithm();
+      if (algo == Algorithm::AllGatherAllToAll) dedup = 1.0 / std::max(1, m_.top_k);
+    }
     const CollectiveCost c = flow_ && kind == Collective::AllToAll ? flow_alltoall(g, bytes, algo, dedup)
                                                                    : collective_cost(kind, bytes, sh, algo, dedup);
     st.duration = to_ticks(c.time);
@@ -1038,8 +1048,10 @@ const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
   std::vector<std::vector<double>> from(to.size(), std::vector<double>(to.size(), 0.0));
   for (int i = 0; i < ep; ++i)
     for (int j = 0; j < ep; ++j) from[j][i] = to[i][j];
-  const Algorithm algo = p_.alltoall == AllToAllAlgo::Hierarchical ? Algorithm::HierarchicalAllToAll : Algorithm::Pairwise;
-  const double dedup = alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
+  const Algorithm algo = a2a_algorithm();
+  const double dedup = algo == Algorithm::AllGatherAllToAll
+                           ? 1.0 / std::max(1, m_.top_k)
+                           : alltoall_dedup_ratio(m_.num_experts, m_.top_k, shape(GroupKind::Ep).nodes);
   if (flow_) {
     // The expert-parallel group `group` of the current stage.
     const auto& devs0 = group_devices_[static_cast<int>(GroupKind::Ep)];

@@ -47,11 +47,12 @@ class Phase {
     }
   }
   /// Runs the flows; returns per destination group the last arrival (flow end + path latency).
-  std::map<int, Tick> run(std::uint64_t& flows, std::uint64_t& recomputations) const {
+  std::map<int, Tick> run(std::uint64_t& flows, std::uint64_t& recomputations, double& bytes) const {
     sim::FlowNetwork net(capacity_);
     for (const auto& f : flows_) net.add(f.bytes, f.links, f.release);
     const sim::FlowRun r = net.run();
     flows += flows_.size();
+    for (const auto& f : flows_) bytes += f.bytes;
     recomputations += r.recomputations;
     std::map<int, Tick> arrival;
     for (std::size_t i = 0; i < flows_.size(); ++i) {
@@ -94,7 +95,8 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
   }
   const int k = g.per_node, m = g.nodes;
   std::vector<double> out_inter(p, 0), out_intra(p, 0);
-  const bool hier = algo == Algorithm::HierarchicalAllToAll && m > 1 && k > 1;
+  const bool gather = algo == Algorithm::AllGatherAllToAll;
+  const bool hier = (algo == Algorithm::HierarchicalAllToAll || gather) && m > 1 && k > 1;
   Tick end = 0;
   if (!hier) {
     Phase ph(concurrent);
@@ -104,22 +106,27 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         ph.add(paths(devices[i], devices[j]), bytes[i][j], 0, 0);
         (node[i] == node[j] ? out_intra : out_inter)[i] += bytes[i][j];
       }
-    for (const auto& [grp, t] : ph.run(flows_, recomputations_)) end = std::max(end, t);
+    for (const auto& [grp, t] : ph.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
     end += to_ticks(Seconds{(k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency});
     c.algorithm = Algorithm::Pairwise;
   } else {
     // Phase 1: member i sends its server-aggregate for server n to its rail peer there.
+    // (All-gather variant: every token once to each other server, dedup = 1/top_k of the
+    // member's bytes, whatever the routing.)
     Phase one(concurrent);
     for (std::size_t i = 0; i < p; ++i)
       for (const auto& [n, mem] : members) {
         if (n == node[i]) continue;
         double agg = 0;
-        for (std::size_t j : mem) agg += bytes[i][j];
+        if (gather)
+          for (std::size_t j = 0; j < p; ++j) agg += bytes[i][j];
+        else
+          for (std::size_t j : mem) agg += bytes[i][j];
         const std::size_t peer = mem[static_cast<std::size_t>(slot[i]) % mem.size()];
         one.add(paths(devices[i], devices[peer]), agg * dedup, 0, n);
         out_inter[i] += agg * dedup;
       }
-    const auto arrived = one.run(flows_, recomputations_);
+    const auto arrived = one.run(flows_, recomputations_, bytes_);
     const Tick alpha1 = to_ticks(Seconds{(m - 1) * g.inter_latency});
     // Phase 2: inside each server, member r forwards to j what it holds for j: its own data and
     // what its rail peers in other servers sent it.
@@ -138,9 +145,9 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         }
       end = std::max(end, release);
     }
-    for (const auto& [grp, t] : two.run(flows_, recomputations_)) end = std::max(end, t);
+    for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
     end += to_ticks(Seconds{(k - 1) * g.intra_latency});
-    c.algorithm = Algorithm::HierarchicalAllToAll;
+    c.algorithm = algo;
   }
   c.time = to_seconds(end);
   c.inter_bytes = *std::max_element(out_inter.begin(), out_inter.end());

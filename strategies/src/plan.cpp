@@ -9,6 +9,15 @@
 
 namespace moesim::strategies {
 
+const char* alltoall_name(AllToAllAlgo a) {
+  switch (a) {
+    case AllToAllAlgo::Flat: return "flat";
+    case AllToAllAlgo::Hierarchical: return "hierarchical";
+    case AllToAllAlgo::AllGather: return "allgather";
+  }
+  return "?";
+}
+
 const char* fidelity_name(Fidelity f) {
   switch (f) {
     case Fidelity::Fast: return "fast";
@@ -104,8 +113,10 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   } else {
     p.recompute_modules = models::recompute::kCoreAttn;  // Megatron's default selective module
   }
-  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical"});
-  p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical : AllToAllAlgo::Flat;
+  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical", "allgather"});
+  p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
+               : a2a == "allgather"  ? AllToAllAlgo::AllGather
+                                     : AllToAllAlgo::Flat;
   const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b"});
   if (const auto* part = r.get({"pipeline_layer_partition"})) {
     if (part->is_string()) {
@@ -251,8 +262,8 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
       mods.push_back(value);
       while (i + 1 < tokens.size() && tokens[i + 1].rfind("--", 0) != 0) mods.push_back(tokens[++i]);
       par[key] = mods;
-    } else if (key == "moe_hierarchical_alltoallv") {
-      par["moe_alltoall"] = "hierarchical";
+    } else if (key == "moe_hierarchical_alltoallv") {  // MindSpeed: EP all-gather + TP all-to-all(v)
+      par["moe_alltoall"] = "allgather";
     } else {
       diag.error(pointer, "\"" + tok + "\"",
                  "is not a Megatron/MindSpeed argument moesim understands; give it as a parallelism key or drop it");

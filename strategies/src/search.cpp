@@ -48,7 +48,7 @@ nlohmann::json SearchSpace::to_json() const {
   j["tp_comm_overlap"] = tp_comm_overlap;
   j["overlap_dp"] = overlap_dp;
   std::vector<std::string> a2a, rc;
-  for (auto a : alltoall) a2a.push_back(a == AllToAllAlgo::Hierarchical ? "hierarchical" : "flat");
+  for (auto a : alltoall) a2a.push_back(alltoall_name(a));
   for (const auto& r : recompute) rc.push_back(r.name);
   j["moe_alltoall"] = a2a;
   j["recompute"] = rc;
@@ -182,7 +182,10 @@ SearchSpace parse_search_space(const Scenario& s) {
       const auto& x = vals[i];
       if (x == "flat") sp.alltoall.push_back(AllToAllAlgo::Flat);
       else if (x == "hierarchical") sp.alltoall.push_back(AllToAllAlgo::Hierarchical);
-      else diag.error(v->is_array() ? ptr + "/" + std::to_string(i) : ptr, json_brief(x), "must be \"flat\" or \"hierarchical\"");
+      else if (x == "allgather") sp.alltoall.push_back(AllToAllAlgo::AllGather);
+      else
+        diag.error(v->is_array() ? ptr + "/" + std::to_string(i) : ptr, json_brief(x),
+                   "must be \"flat\", \"hierarchical\" or \"allgather\"");
     }
   } else {
     sp.alltoall = moe ? std::vector<AllToAllAlgo>{AllToAllAlgo::Flat, AllToAllAlgo::Hierarchical}
@@ -290,7 +293,7 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
   std::ostringstream os;
   os << "tp" << p.tp << "-pp" << p.pp << "-vpp" << p.vpp << "-ep" << p.ep << (p.moe_tp_extend_ep ? "x" : "") << "-etp"
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
-     << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : "")
+     << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "");
   return os.str();
 }
@@ -304,7 +307,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
     j["expert_model_parallel_size"] = p.ep;
     if (p.moe_tp_extend_ep) j["moe_tp_extend_ep"] = true;
     else j["expert_tensor_parallel_size"] = p.etp > 0 ? p.etp : p.tp;
-    if (p.alltoall == AllToAllAlgo::Hierarchical) j["moe_alltoall"] = "hierarchical";
+    if (p.alltoall != AllToAllAlgo::Flat) j["moe_alltoall"] = alltoall_name(p.alltoall);
   }
   if (p.cp > 1) j["context_parallel_size"] = p.cp;
   j["micro_batch_size"] = p.mbs;
@@ -454,7 +457,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
     p.sequence_parallel = p.tp > 1;
     if (p.tp_comm_overlap && p.tp == 1) return false;  // nothing to overlap: same plan as without
     // The all-to-all algorithm only matters when the expert group spans servers.
-    if (p.alltoall == AllToAllAlgo::Hierarchical &&
+    if (p.alltoall != AllToAllAlgo::Flat &&
         (!base.model.is_moe() || 1LL * p.ep_size() * p.etp_size() <= base.cluster.devices_per_node))
       return false;
     if (!base.model.is_moe() && (p.ep != 1 || p.moe_tp_extend_ep || p.alltoall != AllToAllAlgo::Flat)) return false;

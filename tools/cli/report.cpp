@@ -38,6 +38,8 @@ std::string format_plan_line(const strategies::Scenario& s) {
   std::string extras = recompute_name(p.recompute);
   if (p.distributed_optimizer) extras += ", distributed optimizer";
   if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) extras += ", hierarchical all-to-all";
+  if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather)
+    extras += ", all-gather + intra-server all-to-all (MindSpeed)";
   if (p.tp_comm_overlap) extras += ", TP comm overlapped with GEMMs";
   if (p.overlap_grad_reduce) extras += ", overlapped DP";
   return fmt::format(
@@ -133,6 +135,7 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
     case strategies::Recompute::Selective: t += " rc:sel"; break;
   }
   if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) t += " h-a2a";
+  if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather) t += " ag-a2a";
   if (p.tp_comm_overlap) t += " tp-ovl";
   return t;
 }

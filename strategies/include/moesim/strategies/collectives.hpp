@@ -22,7 +22,21 @@
 namespace moesim::strategies {
 
 enum class Collective : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll, SendRecv };
-enum class Algorithm : std::uint8_t { Auto, Ring, Mesh, HalvingDoubling, Hierarchical, Pairwise, HierarchicalAllToAll };
+/// HierarchicalAllToAll: aggregate each server's copies across servers (deduplicated), then
+/// exchange inside the server (Pangu). AllGatherAllToAll: MindSpeed's
+/// --moe-hierarchical-alltoallv — every token goes once to every other server of the group
+/// (all-gather between rail peers), then an all-to-all(v) inside the server picks each
+/// expert's copies; its cross-server volume does not depend on the routing.
+enum class Algorithm : std::uint8_t {
+  Auto,
+  Ring,
+  Mesh,
+  HalvingDoubling,
+  Hierarchical,
+  Pairwise,
+  HierarchicalAllToAll,
+  AllGatherAllToAll
+};
 
 const char* collective_name(Collective c);
 const char* algorithm_name(Algorithm a);
@@ -54,7 +68,8 @@ struct CollectiveCost {
 
 /// Cost of a collective. Algorithm::Auto picks the fastest applicable algorithm, as HCCL's and
 /// NCCL's selectors do. `dedup` (all-to-all only, 0..1] is the fraction of cross-server bytes
-/// left after aggregating copies bound for the same server (hierarchical all-to-all).
+/// left after aggregating copies bound for the same server (hierarchical all-to-all); for
+/// AllGatherAllToAll it is the fraction of a member's bytes that are distinct tokens (1/top_k).
 CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& g, Algorithm algo = Algorithm::Auto,
                                double dedup = 1.0);
 

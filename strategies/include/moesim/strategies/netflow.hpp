@@ -43,6 +43,8 @@ class FlowCollectives {
 
   [[nodiscard]] std::uint64_t flows() const { return flows_; }
   [[nodiscard]] std::uint64_t recomputations() const { return recomputations_; }
+  /// Bytes put on the network by all collectives so far (each flow counted once, not per hop).
+  [[nodiscard]] double bytes_injected() const { return bytes_; }
 
  private:
   struct Path {
@@ -55,6 +57,7 @@ class FlowCollectives {
   const topologies::Topology& topo_;
   std::unordered_map<std::uint64_t, std::vector<Path>> paths_;
   std::uint64_t flows_ = 0, recomputations_ = 0;
+  double bytes_ = 0;
 };
 
 }  // namespace moesim::strategies

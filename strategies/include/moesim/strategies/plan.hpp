@@ -29,7 +29,10 @@ namespace moesim::strategies {
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved };
-enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical };
+/// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
+/// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
+enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };
+const char* alltoall_name(AllToAllAlgo a);
 enum class Fidelity : std::uint8_t { Fast, Balanced, Full };
 
 const char* fidelity_name(Fidelity f);
