@@ -18,61 +18,78 @@ std::uint32_t FlowNetwork::add(double bytes, std::span<const std::uint32_t> link
 
 namespace {
 
-/// Scratch space for progressive filling, sized once per run.
+/// Progressive filling with scratch space reused across recomputations (no allocation once
+/// the vectors have grown). Unfrozen flows all sit at the current water level; a link's spare
+/// capacity is capacity - frozen rates - level x unfrozen flows, so raising the level costs
+/// O(links), and a flow's rate is written once, when it freezes.
 struct Filling {
-  std::vector<double> left;            // per link: capacity not yet handed out
-  std::vector<std::uint32_t> unfrozen;  // per link: unfrozen flows crossing it
-  std::vector<std::uint32_t> link_offset, link_flows;  // per link: the active flows crossing it
-  std::vector<char> frozen;             // per flow
-  std::vector<std::uint32_t> touched;   // links with flows this round
+  std::vector<double> frozen_sum;        // per link: rates of the frozen flows crossing it
+  std::vector<std::uint32_t> unfrozen;   // per link: unfrozen flows crossing it
+  std::vector<std::uint32_t> link_offset, link_flows, fill;  // per link: the active flows crossing it
+  std::vector<char> frozen;              // per flow
+  std::vector<std::uint32_t> touched;    // links with unfrozen flows
+
+  void rates(const std::vector<double>& capacity, const std::vector<std::uint32_t>& path_offset,
+             const std::vector<std::uint32_t>& path, std::span<const std::uint32_t> active, std::size_t n_flows,
+             std::vector<double>& rate) {
+    const std::size_t nl = capacity.size();
+    frozen_sum.assign(nl, 0.0);
+    unfrozen.assign(nl, 0);
+    frozen.assign(n_flows, 0);
+    rate.resize(n_flows, 0.0);
+    for (std::uint32_t f : active)
+      for (std::uint32_t i = path_offset[f]; i < path_offset[f + 1]; ++i) ++unfrozen[path[i]];
+    link_offset.assign(nl + 1, 0);
+    for (std::size_t l = 0; l < nl; ++l) link_offset[l + 1] = link_offset[l] + unfrozen[l];
+    link_flows.resize(link_offset[nl]);
+    fill.assign(link_offset.begin(), link_offset.end() - 1);
+    for (std::uint32_t f : active)
+      for (std::uint32_t i = path_offset[f]; i < path_offset[f + 1]; ++i) link_flows[fill[path[i]]++] = f;
+    touched.clear();
+    for (std::size_t l = 0; l < nl; ++l)
+      if (unfrozen[l] > 0) touched.push_back(static_cast<std::uint32_t>(l));
+    std::size_t left = 0;
+    for (std::uint32_t f : active) {
+      rate[f] = 0;
+      left += path_offset[f + 1] > path_offset[f] ? 1 : 0;
+    }
+    double level = 0;
+    while (left > 0) {
+      // The level at which the first link fills up.
+      double next = std::numeric_limits<double>::infinity();
+      std::size_t kept = 0;
+      for (std::uint32_t l : touched) {
+        if (unfrozen[l] == 0) continue;
+        touched[kept++] = l;
+        next = std::min(next, (capacity[l] - frozen_sum[l]) / unfrozen[l]);
+      }
+      touched.resize(kept);
+      if (!std::isfinite(next)) break;
+      level = std::max(level, next);
+      for (std::uint32_t l : touched) {
+        if (unfrozen[l] == 0) continue;
+        if (capacity[l] - frozen_sum[l] - level * unfrozen[l] > 1e-9 * capacity[l]) continue;
+        for (std::uint32_t k = link_offset[l]; k < link_offset[l + 1]; ++k) {
+          const std::uint32_t f = link_flows[k];
+          if (frozen[f]) continue;
+          frozen[f] = 1;
+          rate[f] = level;
+          --left;
+          for (std::uint32_t i = path_offset[f]; i < path_offset[f + 1]; ++i) {
+            --unfrozen[path[i]];
+            frozen_sum[path[i]] += level;
+          }
+        }
+      }
+    }
+  }
 };
 
 }  // namespace
 
 void FlowNetwork::max_min_rates(std::span<const std::uint32_t> active, std::vector<double>& rate) const {
   Filling s;
-  const std::size_t nl = capacity_.size();
-  s.left.assign(capacity_.begin(), capacity_.end());
-  s.unfrozen.assign(nl, 0);
-  s.frozen.assign(bytes_.size(), 0);
-  rate.resize(bytes_.size(), 0.0);
-  for (std::uint32_t f : active) {
-    rate[f] = 0;
-    for (std::uint32_t i = path_offset_[f]; i < path_offset_[f + 1]; ++i) ++s.unfrozen[path_[i]];
-  }
-  s.link_offset.assign(nl + 1, 0);
-  for (std::size_t l = 0; l < nl; ++l) s.link_offset[l + 1] = s.link_offset[l] + s.unfrozen[l];
-  s.link_flows.resize(s.link_offset[nl]);
-  {
-    std::vector<std::uint32_t> fill(s.link_offset.begin(), s.link_offset.end() - 1);
-    for (std::uint32_t f : active)
-      for (std::uint32_t i = path_offset_[f]; i < path_offset_[f + 1]; ++i) s.link_flows[fill[path_[i]]++] = f;
-  }
-  for (std::size_t l = 0; l < nl; ++l)
-    if (s.unfrozen[l] > 0) s.touched.push_back(static_cast<std::uint32_t>(l));
-  std::size_t left_flows = 0;
-  for (std::uint32_t f : active) left_flows += path_offset_[f + 1] > path_offset_[f] ? 1 : 0;
-  while (left_flows > 0) {
-    double inc = std::numeric_limits<double>::infinity();
-    for (std::uint32_t l : s.touched)
-      if (s.unfrozen[l] > 0) inc = std::min(inc, s.left[l] / s.unfrozen[l]);
-    if (!std::isfinite(inc)) break;
-    for (std::uint32_t f : active)
-      if (!s.frozen[f]) rate[f] += inc;
-    for (std::uint32_t l : s.touched)
-      if (s.unfrozen[l] > 0) s.left[l] -= inc * s.unfrozen[l];
-    // Freeze the flows of every link that is now full.
-    for (std::uint32_t l : s.touched) {
-      if (s.unfrozen[l] == 0 || s.left[l] > 1e-9 * capacity_[l]) continue;
-      for (std::uint32_t k = s.link_offset[l]; k < s.link_offset[l + 1]; ++k) {
-        const std::uint32_t f = s.link_flows[k];
-        if (s.frozen[f]) continue;
-        s.frozen[f] = 1;
-        --left_flows;
-        for (std::uint32_t i = path_offset_[f]; i < path_offset_[f + 1]; ++i) --s.unfrozen[path_[i]];
-      }
-    }
-  }
+  s.rates(capacity_, path_offset_, path_, active, bytes_.size(), rate);
 }
 
 FlowRun FlowNetwork::run() const {
@@ -91,6 +108,9 @@ FlowRun FlowNetwork::run() const {
   std::size_t next = 0;
   Tick t = release_[pending[0]];
   constexpr double kPerTick = 1.0 / static_cast<double>(kTicksPerSecond);
+  constexpr double kMergeFraction = 1e-2;
+  Filling filling;
+  const Tick t0 = t;
   bool changed = false;  // a flow started or ended since the last recomputation
   while (true) {
     while (next < n && release_[pending[next]] <= t) {
@@ -109,7 +129,7 @@ FlowRun FlowNetwork::run() const {
     }
     if (changed) {
       changed = false;
-      max_min_rates(active, rate);
+      filling.rates(capacity_, path_offset_, path_, active, n, rate);
       ++out.recomputations;
       for (std::uint32_t f : active) {
         const double ticks = std::ceil(remaining[f] / (rate[f] * kPerTick));
@@ -117,12 +137,19 @@ FlowRun FlowNetwork::run() const {
       }
     }
     Tick t_next = next < n ? release_[pending[next]] : kMaxTick;
-    for (std::uint32_t f : active) t_next = std::min(t_next, due[f]);
+    Tick first_due = kMaxTick;
+    for (std::uint32_t f : active) first_due = std::min(first_due, due[f]);
+    t_next = std::min(t_next, first_due);
+    // Flows due within kMergeFraction of the elapsed time after the first one end at their own
+    // due times, with one recomputation for all of them at the first: survivors get the freed
+    // bandwidth at most that much early.
+    const Tick merge_until = t_next == first_due ? t_next + static_cast<Tick>(kMergeFraction * static_cast<double>(t_next - t0))
+                                                 : t_next;
     const double dt = static_cast<double>(t_next - t) * kPerTick;
     std::size_t kept = 0;
     for (std::uint32_t f : active) {
-      if (due[f] <= t_next) {
-        out.finish[f] = t_next;
+      if (due[f] <= merge_until) {
+        out.finish[f] = due[f];
         changed = true;
         continue;
       }

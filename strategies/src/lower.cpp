@@ -1109,27 +1109,53 @@ const Lowering::Placement& Lowering::placement(int moe_layer) {
   std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<double> rank_load(static_cast<std::size_t>(ep), 0.0);
   std::vector<int> used(static_cast<std::size_t>(ep), 0);
-  Placement bal;
-  bal.where.resize(static_cast<std::size_t>(E));
-  bal.moved_in.assign(static_cast<std::size_t>(ep), 0);
+  std::vector<std::vector<std::pair<int, double>>> bins(static_cast<std::size_t>(E));  // expert -> (bin, share)
   for (const auto& [load, e] : items) {
     int best = -1;
     for (int r = 0; r < ep; ++r) {
       if (used[r] >= slots) continue;
       bool holds = false;
-      for (const auto& w : bal.where[e]) holds = holds || w.first == r;
+      for (const auto& w : bins[e]) holds = holds || w.first == r;
       if (holds) continue;
       if (best < 0 || rank_load[r] < rank_load[best]) best = r;
     }
     if (best < 0) best = static_cast<int>(std::min_element(rank_load.begin(), rank_load.end()) - rank_load.begin());
-    bal.where[e].emplace_back(best, 1.0 / replicas[e]);
+    bins[e].emplace_back(best, 1.0 / replicas[e]);
     rank_load[best] += load;
     ++used[best];
-    if (best != e / per) {
-      ++bal.moved;
-      ++bal.moved_in[best];
-    }
   }
+  // The bins are interchangeable: give each bin the rank whose static experts it keeps most of
+  // (greedy on the overlap), so that as few experts as possible move.
+  std::vector<std::vector<int>> overlap(static_cast<std::size_t>(ep), std::vector<int>(static_cast<std::size_t>(ep), 0));
+  for (int e = 0; e < E; ++e)
+    for (const auto& [b, share] : bins[e]) ++overlap[b][e / per];
+  std::vector<int> rank_of(static_cast<std::size_t>(ep), -1);
+  std::vector<bool> taken(static_cast<std::size_t>(ep), false);
+  for (int round = 0; round < ep; ++round) {
+    int bb = -1, br = -1;
+    for (int b = 0; b < ep; ++b) {
+      if (rank_of[b] >= 0) continue;
+      for (int r = 0; r < ep; ++r)
+        if (!taken[r] && (bb < 0 || overlap[b][r] > overlap[bb][br])) {
+          bb = b;
+          br = r;
+        }
+    }
+    rank_of[bb] = br;
+    taken[br] = true;
+  }
+  Placement bal;
+  bal.where.resize(static_cast<std::size_t>(E));
+  bal.moved_in.assign(static_cast<std::size_t>(ep), 0);
+  for (int e = 0; e < E; ++e)
+    for (const auto& [b, share] : bins[e]) {
+      const int r = rank_of[b];
+      bal.where[e].emplace_back(r, share);
+      if (r != e / per) {
+        ++bal.moved;
+        ++bal.moved_in[r];
+      }
+    }
   // Migrate only when the predicted imbalance (coefficient of variation of the ranks' loads)
   // drops by more than the threshold.
   auto cv = [&](const Placement& p) {

@@ -11,8 +11,10 @@
 // rates change only when a flow starts or ends, so the run recomputes them only then (all flows
 // starting or ending at the same tick in one recomputation) and advances every flow linearly
 // in between. A flow with an empty path (a copy inside one device) finishes when released.
-// Time is integer ticks (see units.hpp); completion ticks are rounded up, so a flow never
-// finishes before its bytes could have crossed its bottleneck.
+// Time is integer ticks (see units.hpp); completion ticks are rounded up. Flows due within 1%
+// of the elapsed time after the first one to finish are retired together, each at its own due
+// tick, with one recomputation (a skewed all-to-all has every flow end at a slightly different
+// time); the survivors then get the freed bandwidth at most 1% of the elapsed time early.
 //
 // Knows nothing of collectives or MoE: strategies/ expands a collective into flows over the
 // topology's routes.
