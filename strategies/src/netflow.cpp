@@ -12,8 +12,8 @@ const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int ds
   auto it = paths_.find(key);
   if (it != paths_.end()) return it->second;
   std::vector<Path> out;
-  for (int k = 0; k < 1; ++k) {
-    const topologies::Route r = topo_.route(src, dst);
+  for (int k = 0; k < topo_.num_paths(); ++k) {
+    const topologies::Route r = topo_.route(src, dst, k);
     Path p;
     p.latency = r.latency;
     for (const auto& h : r.hops) {

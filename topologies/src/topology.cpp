@@ -1,6 +1,7 @@
 #include "moesim/topologies/topology.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <deque>
 #include <limits>
 
@@ -43,8 +44,16 @@ ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, D
   c.devices_per_node = static_cast<int>(r.required_integer({"devices_per_node"}, 1, 4096));
   if (const auto* su = r.get({"scale_up"})) {
     ObjectReader s(*su, r.child_pointer("scale_up"), diag);
-    const std::string topo = s.string({"topology"}, "full_mesh", {"full_mesh", "switch"});
-    c.scale_up = topo == "switch" ? ScaleUpKind::Switch : ScaleUpKind::FullMesh;
+    const std::string topo = s.string({"topology"}, "full_mesh", {"full_mesh", "switch", "clos"});
+    c.scale_up = topo == "switch" ? ScaleUpKind::Switch : topo == "clos" ? ScaleUpKind::Clos : ScaleUpKind::FullMesh;
+    if (c.scale_up == ScaleUpKind::Clos) {
+      c.clos.server_devices = static_cast<int>(s.required_integer({"server_devices"}, 1, 4096));
+      c.clos.l1_per_server = static_cast<int>(s.required_integer({"l1_per_server"}, 1, 256));
+      c.clos.l2_per_plane = static_cast<int>(s.required_integer({"l2_per_plane"}, 1, 4096));
+      if (c.devices_per_node % c.clos.server_devices != 0)
+        diag.error(r.child_pointer("scale_up") + "/server_devices", std::to_string(c.clos.server_devices),
+                   "must divide devices_per_node=" + std::to_string(c.devices_per_node));
+    }
     c.scale_up_link_bandwidth = BytesPerSecond{s.required_quantity({"link_bandwidth"}, Dimension::BytesPerSecond, 1.0)};
     c.scale_up_latency = Seconds{s.opt_quantity({"latency"}, Dimension::Seconds).value_or(0.0)};
     c.scale_up_efficiency = s.number({"efficiency"}, 1.0, 0.01, 1.0);
@@ -130,9 +139,33 @@ Topology build_topology(const ClusterSpec& c) {
     if (c.scale_up == ScaleUpKind::FullMesh) {
       for (int a = first; a < last; ++a)
         for (int b = a + 1; b < last; ++b) add_pair(a, b, su_bw, su_lat, LinkKind::ScaleUp);
-    } else {
+    } else if (c.scale_up == ScaleUpKind::Switch) {
       const Vertex sw = boost::add_vertex(VertexProps{VertexKind::Switch, node, -1}, g);
       for (int a = first; a < last; ++a) add_pair(a, sw, su_bw, su_lat / 2, LinkKind::ScaleUp);
+    } else {
+      // Two-tier Clos over the scale-up domain: L1 switches of every server (one per plane),
+      // then the L2 switches of every plane. The domain's latency is end to end (the same for
+      // any pair): half on each device link, nothing on the L1-L2 hops.
+      const int sd = c.clos.server_devices, planes = c.clos.l1_per_server, l2n = c.clos.l2_per_plane;
+      const int first_server = first / sd;
+      const int servers = (last - first + sd - 1) / sd;
+      const double plane_bw = su_bw / planes;        // per device per plane
+      const double up_bw = sd * plane_bw / l2n;      // non-blocking: L1 uplinks = L1 downlinks
+      std::vector<Vertex> l1(static_cast<std::size_t>(servers) * planes);
+      for (int s = 0; s < servers; ++s)
+        for (int p = 0; p < planes; ++p)
+          l1[static_cast<std::size_t>(s) * planes + p] =
+              boost::add_vertex(VertexProps{VertexKind::Switch, node, first_server + s, p, 1}, g);
+      for (int p = 0; p < planes; ++p)
+        for (int j = 0; j < l2n; ++j) {
+          const Vertex l2 = boost::add_vertex(VertexProps{VertexKind::Switch, node, j, p, 2}, g);
+          for (int s = 0; s < servers; ++s)
+            add_pair(l1[static_cast<std::size_t>(s) * planes + p], l2, up_bw, 0.0, LinkKind::ScaleUp);
+        }
+      for (int a = first; a < last; ++a)
+        for (int p = 0; p < planes; ++p)
+          add_pair(a, l1[static_cast<std::size_t>((a - first) / sd) * planes + p], plane_bw, su_lat / 2,
+                   LinkKind::ScaleUp);
     }
   }
 
@@ -181,7 +214,91 @@ Topology build_topology(const ClusterSpec& c) {
   return Topology(c, std::move(g));
 }
 
+Topology::Topology(ClusterSpec spec, Graph g) : spec_(std::move(spec)), g_(std::move(g)) {
+  int next = 0;
+  for (auto [v, vend] = boost::vertices(g_); v != vend; ++v)
+    for (auto [e, eend] = boost::out_edges(*v, g_); e != eend; ++e) {
+      g_[*e].id = next++;
+      link_bandwidths_.push_back(g_[*e].bandwidth);
+    }
+  if (spec_.scale_up == ScaleUpKind::Clos) {
+    const int planes = spec_.clos.l1_per_server, l2n = spec_.clos.l2_per_plane;
+    const int servers = (spec_.devices + spec_.clos.server_devices - 1) / spec_.clos.server_devices;
+    clos_l1_.assign(static_cast<std::size_t>(servers) * planes, 0);
+    clos_l2_.assign(static_cast<std::size_t>(spec_.num_nodes()) * planes * l2n, 0);
+    for (auto [v, vend] = boost::vertices(g_); v != vend; ++v) {
+      const VertexProps& p = g_[*v];
+      if (p.tier == 1) clos_l1_[static_cast<std::size_t>(p.index) * planes + p.plane] = *v;
+      if (p.tier == 2) clos_l2_[(static_cast<std::size_t>(p.node) * planes + p.plane) * l2n + p.index] = *v;
+    }
+  }
+}
+
+int Topology::num_paths() const {
+  return spec_.scale_up == ScaleUpKind::Clos ? spec_.clos.l1_per_server : 1;
+}
+
 Route Topology::route(int src, int dst) const {
+  Route r = route(src, dst, 0);
+  if (spec_.scale_up == ScaleUpKind::Clos && !r.hops.empty()) {
+    // One transfer spreads over every plane: the scale-up hops carry num_paths() x plane 0's.
+    const double planes = num_paths();
+    r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+    for (const Hop& h : r.hops)
+      r.bottleneck_bandwidth = std::min(
+          r.bottleneck_bandwidth, h.link.kind == LinkKind::ScaleUp ? h.link.bandwidth * planes : h.link.bandwidth);
+  }
+  return r;
+}
+
+Route Topology::route(int src, int dst, int path) const {
+  assert(path >= 0 && path < num_paths());
+  if (spec_.scale_up != ScaleUpKind::Clos) return bfs_route(src, dst, -1);
+  if (src != dst && node_of(src) == node_of(dst)) return clos_route(src, dst, path);
+  return bfs_route(src, dst, path);
+}
+
+namespace {
+
+void finish_route(Route& r, std::vector<Hop> hops) {
+  r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+  for (const Hop& h : hops) {
+    r.bottleneck_bandwidth = std::min(r.bottleneck_bandwidth, h.link.bandwidth);
+    r.latency += h.link.latency;
+    if (h.link.kind == LinkKind::Fabric) r.crosses_fabric = true;
+  }
+  r.hops = std::move(hops);
+}
+
+}  // namespace
+
+Route Topology::clos_route(int src, int dst, int plane) const {
+  // Inside one scale-up domain the Clos route is known: device, L1 of the plane in its server,
+  // [an L2 of the plane chosen by the two dies' positions in their servers, the L1 of the
+  // destination server,] device. Spreading by die pair (as the UB's multi-path spraying does)
+  // keeps every L1-L2 link within one die's share of the plane — the Clos is non-blocking.
+  Route r;
+  r.same_node = true;
+  const int planes = spec_.clos.l1_per_server, sd = spec_.clos.server_devices, l2n = spec_.clos.l2_per_plane;
+  const int ss = src / sd, ds = dst / sd;
+  std::vector<Vertex> path{static_cast<Vertex>(src), clos_l1_[static_cast<std::size_t>(ss) * planes + plane]};
+  if (ss != ds) {
+    const int j = (src % sd + dst % sd) % l2n;
+    path.push_back(clos_l2_[(static_cast<std::size_t>(node_of(src)) * planes + plane) * l2n + j]);
+    path.push_back(clos_l1_[static_cast<std::size_t>(ds) * planes + plane]);
+  }
+  path.push_back(static_cast<Vertex>(dst));
+  std::vector<Hop> hops;
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    const auto [e, ok] = boost::edge(path[i], path[i + 1], g_);
+    assert(ok);
+    hops.push_back(Hop{path[i], path[i + 1], g_[e]});
+  }
+  finish_route(r, std::move(hops));
+  return r;
+}
+
+Route Topology::bfs_route(int src, int dst, int plane) const {
   Route r;
   r.same_node = node_of(src) == node_of(dst);
   if (src == dst) {
@@ -189,7 +306,8 @@ Route Topology::route(int src, int dst) const {
     return r;
   }
   // Breadth-first search with early exit; out-edges are visited in insertion order, so the
-  // chosen path among equal-length ones is deterministic.
+  // chosen path among equal-length ones is deterministic. With plane >= 0, only the Clos
+  // switches of that plane are used.
   const std::size_t nv = boost::num_vertices(g_);
   std::vector<Vertex> parent(nv, std::numeric_limits<Vertex>::max());
   std::vector<Graph::edge_descriptor> via(nv);
@@ -203,6 +321,7 @@ Route Topology::route(int src, int dst) const {
     for (auto [e, end] = boost::out_edges(u, g_); e != end; ++e) {
       const Vertex v = boost::target(*e, g_);
       if (parent[v] != std::numeric_limits<Vertex>::max()) continue;
+      if (plane >= 0 && g_[v].plane >= 0 && g_[v].plane != plane) continue;
       // Devices forward only as a first scale-up hop towards a NIC of their own server
       // (PXN-style rail alignment): enter an intermediate device only from the source or a
       // server switch, and leave it only to a NIC.
@@ -225,13 +344,7 @@ Route Topology::route(int src, int dst) const {
   for (Vertex v = static_cast<Vertex>(dst); v != static_cast<Vertex>(src); v = parent[v])
     hops.push_back(Hop{parent[v], v, g_[via[v]]});
   std::reverse(hops.begin(), hops.end());
-  r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
-  for (const Hop& h : hops) {
-    r.bottleneck_bandwidth = std::min(r.bottleneck_bandwidth, h.link.bandwidth);
-    r.latency += h.link.latency;
-    if (h.link.kind == LinkKind::Fabric) r.crosses_fabric = true;
-  }
-  r.hops = std::move(hops);
+  finish_route(r, std::move(hops));
   return r;
 }
 

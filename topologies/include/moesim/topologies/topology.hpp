@@ -6,13 +6,19 @@
 //   Topology topo = build_topology(c);
 //   Route r = topo.route(0, 8);          // NPU 0 -> NPU 8 (next server): NIC, leaf, NIC
 //   r.bottleneck_bandwidth; r.latency;   // bytes/s and seconds along the path
+//   for (int k = 0; k < topo.num_paths(); ++k) topo.route(0, 8, k);  // equal-cost paths (UB planes)
+//   topo.link_bandwidths()[hop.link.id];  // every directed link has a dense id 0..num_links()-1
 //
 // Builders: scale-up as a full mesh (Atlas 800T A2 HCCS: a direct link between every pair of
 // NPUs of a server) or a switch (NVSwitch); scale-out as NICs into leaf switches (rail-optimised:
 // NIC i of every server on the rail-i leaf; or plain: all NICs of a server on one leaf) and a
-// spine layer whose uplinks may be oversubscribed. Vertices and links are general, so two-tier
-// scale-up fabrics (CloudMatrix 384's UB Clos) are expressible with the same graph type.
+// spine layer whose uplinks may be oversubscribed. A two-tier scale-up Clos (CloudMatrix 384's
+// Unified Bus: every die on the L1 switch of each plane in its server, every L1 switch of a
+// plane on all L2 switches of that plane in the supernode) is built for ScaleUpKind::Clos; there
+// the "node" (devices_per_node) is the whole scale-up domain (the supernode) and
+// clos.server_devices the physical server.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,7 +31,18 @@
 
 namespace moesim::topologies {
 
-enum class ScaleUpKind : std::uint8_t { FullMesh, Switch };
+/// Clos behaves as Switch for the analytical model (per-device bandwidth, no direct links).
+enum class ScaleUpKind : std::uint8_t { FullMesh, Switch, Clos };
+
+/// Two-tier scale-up Clos (ScaleUpKind::Clos). Planes = l1_per_server: each device has one link
+/// to its server's L1 switch of every plane (scale_up_link_bandwidth / planes each); each L1
+/// switch has one link to every L2 switch of its plane in the scale-up domain, non-blocking
+/// (L1 uplink capacity = its downlink capacity, split evenly over the l2_per_plane links).
+struct ClosSpec {
+  int server_devices = 0;  ///< devices per physical server (shares the L1 switches)
+  int l1_per_server = 0;   ///< L1 switches per server = planes
+  int l2_per_plane = 0;    ///< L2 switches per plane per scale-up domain
+};
 enum class FabricKind : std::uint8_t { RailOptimized, FatTree };
 
 struct ClusterSpec {
@@ -35,9 +52,10 @@ struct ClusterSpec {
   int devices = 0;
   int devices_per_node = 8;
   ScaleUpKind scale_up = ScaleUpKind::FullMesh;
-  BytesPerSecond scale_up_link_bandwidth{0};  ///< nominal, per direction (per link; per device for a switch)
+  BytesPerSecond scale_up_link_bandwidth{0};  ///< nominal, per direction (per link; per device for a switch or Clos)
   Seconds scale_up_latency{0};
   double scale_up_efficiency = 1.0;
+  ClosSpec clos;  ///< only for ScaleUpKind::Clos
   BytesPerSecond nic_bandwidth{0};  ///< nominal, per direction
   int nics_per_node = 8;
   Seconds nic_latency{0};
@@ -62,13 +80,16 @@ enum class LinkKind : std::uint8_t { ScaleUp, NicUplink, Fabric, Internal };
 struct VertexProps {
   VertexKind kind = VertexKind::Device;
   int node = -1;   ///< server index (devices and NICs)
-  int index = -1;  ///< device id, NIC local index, or switch id
+  int index = -1;  ///< device id, NIC local index, or switch id (Clos: L1 = global server, L2 = index in plane)
+  int plane = -1;  ///< Clos scale-up switches: their plane; -1 otherwise
+  int tier = 0;    ///< Clos scale-up switches: 1 = L1 (in a server), 2 = L2; 0 otherwise
 };
 
 struct LinkProps {
   double bandwidth = 0;  ///< achievable bytes/s in this direction
   double latency = 0;    ///< seconds
   LinkKind kind = LinkKind::ScaleUp;
+  int id = -1;  ///< dense index 0..num_links()-1 of this directed link (set when the Topology is made)
 };
 
 using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, LinkProps>;
@@ -90,18 +111,44 @@ struct Route {
 
 class Topology {
  public:
-  Topology(ClusterSpec spec, Graph g) : spec_(std::move(spec)), g_(std::move(g)) {}
+  /// Numbers the directed links (LinkProps::id, in vertex then out-edge order) and indexes the
+  /// Clos switches.
+  Topology(ClusterSpec spec, Graph g);
   [[nodiscard]] const ClusterSpec& spec() const { return spec_; }
   [[nodiscard]] const Graph& graph() const { return g_; }
   [[nodiscard]] int num_devices() const { return spec_.devices; }
   [[nodiscard]] int node_of(int device) const { return device / spec_.devices_per_node; }
   [[nodiscard]] int local_index(int device) const { return device % spec_.devices_per_node; }
   /// Shortest path by hop count (ties: lowest vertex ids first, so routes are deterministic).
+  /// Equals route(src, dst, 0) for single-path topologies. For a Clos scale-up it is the plane-0
+  /// route (its hops are plane 0's links) with bottleneck_bandwidth counting every plane on the
+  /// scale-up hops (per-plane bandwidth x num_paths(), i.e. the device's whole scale-up
+  /// bandwidth), so analytical users see one path with the aggregate bandwidth.
   [[nodiscard]] Route route(int src_device, int dst_device) const;
+  /// Number of equal-cost paths the fabric spreads traffic over: the planes of a Clos scale-up
+  /// (CloudMatrix 384: 7); 1 otherwise.
+  [[nodiscard]] int num_paths() const;
+  /// Route `path` in [0, num_paths()): for a Clos, the route on plane `path` (its L1 switches;
+  /// between servers of one scale-up domain, L2 switch (src % server_devices + dst %
+  /// server_devices) % l2_per_plane of that plane, so a die's traffic spreads over the L2s). bottleneck_bandwidth is this path's own
+  /// (one plane). Pairs in different scale-up domains go over the NICs (die, NIC, leaf, [spine,
+  /// leaf,] NIC, die) and do not depend on `path` unless the route also uses scale-up hops.
+  [[nodiscard]] Route route(int src_device, int dst_device, int path) const;
+  /// Achievable bytes/s of every directed link, indexed by LinkProps::id.
+  [[nodiscard]] const std::vector<double>& link_bandwidths() const { return link_bandwidths_; }
+  [[nodiscard]] std::size_t num_links() const { return link_bandwidths_.size(); }
 
  private:
+  [[nodiscard]] Route bfs_route(int src, int dst, int plane) const;
+  [[nodiscard]] Route clos_route(int src, int dst, int plane) const;
+
   ClusterSpec spec_;
   Graph g_;
+  std::vector<double> link_bandwidths_;
+  // Clos switches: clos_l1_[global_server * planes + plane],
+  // clos_l2_[(domain * planes + plane) * l2_per_plane + j].
+  std::vector<Vertex> clos_l1_;
+  std::vector<Vertex> clos_l2_;
 };
 
 Topology build_topology(const ClusterSpec& spec);
