@@ -105,6 +105,50 @@ void report_cm384() {
   std::printf("\n");
 }
 
+/// One expert all-to-all of the 718B default plan (dispatch, forward) by algorithm and network
+/// model: the time of one operation, and its cross-server bytes per rank.
+void report_a2a_ops(const std::string& path) {
+  std::printf("## 718B: one dispatch all-to-all (EP32 over 4 servers, mbs 2 x 4K tokens / TP8)\n\n");
+  std::printf("| algorithm | network | ms per all-to-all | MB per rank |\n|---|---|---|---|\n");
+  for (const char* algo : {"flat", "hierarchical", "allgather"})
+    for (const char* net : {"flow", "analytical"}) {
+      const Scenario s = load_scenario_file(
+          path, {std::string("parallelism.moe_alltoall=\"") + algo + "\"", std::string("simulation.network=\"") + net + "\""});
+      const Result r = simulate(s).result;
+      for (const auto& c : r.collectives)
+        if (c.group == "ep" && c.operation == "all-to-all") {
+          std::printf("| %s | %s | %.2f | %.1f |\n", algo, net, 1e3 * c.seconds, c.bytes / 1e6);
+          break;
+        }
+    }
+  std::printf("\n(MB: what each rank holds for the all-to-all; flat sends 3/4 of it across servers, hierarchical\n"
+              "0.45 of that (a token's copies for one server travel once), all-gather 1/top_k x 3 of it)\n\n");
+}
+
+/// nccl-tests reference points (hardware.md [S]): H100 ring all-reduce bus bandwidth about
+/// 370 GB/s inside a DGX; NDR 400G about 46-48 GB/s per NIC across servers.
+void report_nccl() {
+  std::printf("## H100 against nccl-tests\n\n| measurement | measured | moesim |\n|---|---|---|\n");
+  Diagnostics diag("h100");
+  const auto spec = topologies::load_cluster(nlohmann::json{{"preset", "dgx-h100"}, {"devices", 16}}, "/cluster", diag);
+  const topologies::Topology topo = topologies::build_topology(spec);
+  std::vector<int> eight{0, 1, 2, 3, 4, 5, 6, 7};
+  const GroupShape g8 = analyze_group(topo, eight);
+  const double n = 8.0 * (1 << 30);  // 8 GiB, bandwidth-bound
+  const auto ar = collective_cost(Collective::AllReduce, n, g8, Algorithm::Ring);
+  std::printf("| ring all-reduce bus bandwidth, 8 x H100 (NVLink4) | ~370 GB/s | %.0f GB/s |\n",
+              n / ar.time.value() * 2 * 7 / 8 / 1e9);
+  // Across two servers, one GPU per server per rail: an all-to-all whose bytes all cross NICs.
+  std::vector<int> rail{0, 8};
+  const GroupShape g2 = analyze_group(topo, rail);
+  FlowCollectives net(topo);
+  const double b = 1.0 * (1 << 30);
+  const auto a2 = net.alltoall(b, rail, g2, Algorithm::Pairwise);
+  std::printf("| per-NIC bandwidth across servers, NDR 400G | 46-48 GB/s | %.1f GB/s |\n",
+              b / 2 / (a2.time.value() - g2.inter_latency) / 1e9);
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +161,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (cm) report_cm384();
+    if (cm) report_nccl();
+    if (big) report_a2a_ops(path);
     if (big) report_718b(path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moesim_bench_moe: %s\n", e.what());
