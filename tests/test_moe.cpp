@@ -309,3 +309,31 @@ TEST_CASE("flow-level all-to-all: bytes conserved, incast, hierarchical and all-
   CHECK(incast(2) - lat == Approx(2 * t1).epsilon(0.01));
   CHECK(incast(3) - lat == Approx(3 * t1).epsilon(0.01));
 }
+
+TEST_CASE("placement: a user's expert map is used, and a map that leaves an expert nowhere is refused",
+          "[moe][placement][bad-input]") {
+  // 16 experts on 8 ranks: all experts on ranks 0-3 (4 each), ranks 4-7 idle.
+  nlohmann::json lopsided = nlohmann::json::array();
+  for (int e = 0; e < 16; ++e) lopsided.push_back(e / 4);
+  const Result even = simulate(small_moe(nullptr)).result;
+  const Result skew = simulate(small_moe({{"expert_map", lopsided}})).result;
+  CHECK(skew.ranks_simulated == 16);
+  CHECK(skew.expert_load.max_over_mean == Approx(2.0));  // balanced routing: exactly 2x on ranks 0-3
+  CHECK(skew.step_time_s > even.step_time_s);
+  // Replicating expert 0 on ranks 0 and 1 splits its copies.
+  nlohmann::json rep = nlohmann::json::array();
+  for (int e = 0; e < 16; ++e) rep.push_back(e / 2);
+  rep[0] = {0, 1};
+  CHECK(simulate(small_moe({{"expert_map", rep}})).result.expert_load.max_over_mean ==
+        Approx(1.25));  // rank 1: half of expert 0 + experts 2, 3 = 5/32 of the copies, mean 4/32
+  // Bad maps: every problem at once, with its path.
+  nlohmann::json bad = lopsided;
+  bad[2] = nlohmann::json::array();
+  bad[5] = 8;
+  bad[7] = {1, 1};
+  const std::string msg = error_text({{"expert_map", bad}});
+  CHECK_THAT(msg, Catch::Contains("/moe/expert_map/2") && Catch::Contains("on no rank"));
+  CHECK_THAT(msg, Catch::Contains("/moe/expert_map/5") && Catch::Contains("0..7"));
+  CHECK_THAT(msg, Catch::Contains("/moe/expert_map/7") && Catch::Contains("same rank twice"));
+  CHECK_THAT(error_text({{"expert_map", {0, 1}}}), Catch::Contains("the model's 16 experts"));
+}

@@ -969,7 +969,9 @@ void Lowering::build_ranks(Fidelity f) {
   // alike; every member of an expert-parallel group when the routing makes them differ; every
   // rank at full fidelity.
   sim_locals_.clear();
-  skewed_ = s_.routing.skewed() && m_.is_moe() && lay_.ep > 1 && f != Fidelity::Fast;
+  // A user's expert map can load the ranks unevenly even under balanced routing.
+  skewed_ = (s_.routing.skewed() || !s_.placement.expert_map.empty()) && m_.is_moe() && lay_.ep > 1 &&
+            f != Fidelity::Fast;
   if (f == Fidelity::Full) {
     for (int l = 0; l < lay_.block; ++l) sim_locals_.push_back(l);
   } else if (skewed_) {
@@ -1012,7 +1014,11 @@ const Lowering::MoeDraw& Lowering::draw(int moe_layer, int mb, int group) {
   const double copies = tok_.Tseq * lay_.etp * m_.top_k * ep;
   Rng rng = Rng::stream(s_.seed, "routing/layer" + std::to_string(moe_layer) + "/mb" + std::to_string(mb) + "/group" +
                                      std::to_string(group));
-  const std::vector<std::uint64_t> load = models::sample_expert_load(pop->second, static_cast<std::uint64_t>(std::llround(copies)), rng);
+  // Balanced routing (with a user's expert map): every expert gets exactly its share.
+  const std::vector<std::uint64_t> load =
+      s_.routing.skewed() ? models::sample_expert_load(pop->second, static_cast<std::uint64_t>(std::llround(copies)), rng)
+                          : std::vector<std::uint64_t>(static_cast<std::size_t>(E),
+                                                       static_cast<std::uint64_t>(std::llround(copies / E)));
   MoeDraw d;
   d.copies.assign(static_cast<std::size_t>(ep), std::vector<double>(static_cast<std::size_t>(per), 0.0));
   d.recv.assign(static_cast<std::size_t>(ep), 0.0);
@@ -1075,9 +1081,18 @@ const Lowering::Placement& Lowering::placement(int moe_layer) {
   if (it != placement_.end()) return it->second;
   const int E = m_.num_experts, ep = lay_.ep, per = E / ep;
   const PlacementSpec& ps = s_.placement;
-  Placement st;  // static: expert e on rank e / per
+  Placement st;  // static: the user's map, or expert e on rank e / per
   st.where.resize(static_cast<std::size_t>(E));
-  for (int e = 0; e < E; ++e) st.where[e] = {{e / per, 1.0}};
+  std::vector<int> home(static_cast<std::size_t>(E));
+  for (int e = 0; e < E; ++e) {
+    if (!ps.expert_map.empty()) {
+      const auto& ranks = ps.expert_map[e];
+      for (int r : ranks) st.where[e].emplace_back(r, 1.0 / static_cast<double>(ranks.size()));
+    } else {
+      st.where[e] = {{e / per, 1.0}};
+    }
+    home[e] = st.where[e].front().first;
+  }
   if (!ps.rebalance) return placement_.emplace(moe_layer, std::move(st)).first->second;
 
   // Predicted load: an exponential moving average of the loads of the previous steps (each a
@@ -1128,7 +1143,7 @@ const Lowering::Placement& Lowering::placement(int moe_layer) {
   // (greedy on the overlap), so that as few experts as possible move.
   std::vector<std::vector<int>> overlap(static_cast<std::size_t>(ep), std::vector<int>(static_cast<std::size_t>(ep), 0));
   for (int e = 0; e < E; ++e)
-    for (const auto& [b, share] : bins[e]) ++overlap[b][e / per];
+    for (const auto& [b, share] : bins[e]) ++overlap[b][home[e]];
   std::vector<int> rank_of(static_cast<std::size_t>(ep), -1);
   std::vector<bool> taken(static_cast<std::size_t>(ep), false);
   for (int round = 0; round < ep; ++round) {
@@ -1151,7 +1166,7 @@ const Lowering::Placement& Lowering::placement(int moe_layer) {
     for (const auto& [b, share] : bins[e]) {
       const int r = rank_of[b];
       bal.where[e].emplace_back(r, share);
-      if (r != e / per) {
+      if (r != home[e]) {
         ++bal.moved;
         ++bal.moved_in[r];
       }

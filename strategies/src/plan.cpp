@@ -478,6 +478,37 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
       s.placement.redundant_experts = static_cast<int>(q.integer({"redundant_experts"}, 0, 0, 1 << 16));
       q.finish();
     }
+    if (const auto* map = r.get({"expert_map"})) {
+      const std::string ptr = "/moe/expert_map";
+      const int ep = s.plan.ep_size(), E = s.model.num_experts;
+      if (!s.model.is_moe()) {
+        diag.error(ptr, json_brief(*map), "needs a mixture-of-experts model");
+      } else if (!map->is_array() || static_cast<int>(map->size()) != E) {
+        diag.error(ptr, map->is_array() ? std::to_string(map->size()) + " experts" : json_brief(*map),
+                   "must list the expert-parallel rank(s) of each of the model's " + std::to_string(E) + " experts");
+      } else {
+        for (int e = 0; e < E; ++e) {
+          const auto& x = (*map)[static_cast<std::size_t>(e)];
+          const std::string ep_ptr = ptr + "/" + std::to_string(e);
+          std::vector<nlohmann::json> ranks = x.is_array() ? x.get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{x};
+          std::vector<int> where;
+          if (ranks.empty()) diag.error(ep_ptr, "[]", "leaves expert " + std::to_string(e) + " on no rank; give at least one");
+          for (const auto& v : ranks) {
+            if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= ep) {
+              diag.error(ep_ptr, json_brief(v), "must be an expert-parallel rank in 0.." + std::to_string(ep - 1) +
+                                                    " (the plan's expert-parallel size is " + std::to_string(ep) + ")");
+              continue;
+            }
+            const int rank = static_cast<int>(v.get<long long>());
+            if (std::find(where.begin(), where.end(), rank) != where.end())
+              diag.error(ep_ptr, json_brief(v), "lists the same rank twice");
+            else
+              where.push_back(rank);
+          }
+          s.placement.expert_map.push_back(std::move(where));
+        }
+      }
+    }
     r.finish();
   }
   if (const auto* sim = root.get({"simulation"})) {

@@ -108,6 +108,9 @@ struct PlacementSpec {
   double threshold = 0.08;     ///< migrate when the coefficient of variation drops by this much
   int interval_steps = 50;     ///< steps between re-placements (traffic amortised over them)
   int redundant_experts = 0;   ///< extra replicas of the hottest experts, per EP group
+  /// Static placement given by the user (`moe.expert_map`): per expert, the expert-parallel
+  /// ranks holding it (its copies split evenly over them). Empty: expert e on rank e / (E / ep).
+  std::vector<std::vector<int>> expert_map;
 };
 
 /// How collectives get their durations: the flow-level model (flows over the topology sharing
