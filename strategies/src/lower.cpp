@@ -91,6 +91,7 @@ struct Step {
   Role role = Role::None;
   std::int16_t moe_layer = -1;      ///< MoE layer ordinal for routing-dependent steps
   const models::Op* op = nullptr;   ///< the expert operator, for routing-dependent steps
+  bool wgrad = false;               ///< a weight-gradient GEMM (a W pass of its own in zero-bubble schedules)
 };
 
 struct Program {
@@ -507,7 +508,36 @@ class Lowering {
       if (pos_of_local_[l] < 0) return false;
     return true;
   }
-  std::vector<std::vector<Program>> fwd_, bwd_;  // [stage][chunk]
+  std::vector<std::vector<Program>> fwd_, bwd_, wgt_;  // [stage][chunk]; wgt_: W passes (zero bubble)
+  /// Moves the weight-gradient steps of a backward program into a W program of their own,
+  /// leaving zero-length markers (the data-gradient chain no longer waits for them).
+  static void split_weight_gradients(Program& B, Program& W) {
+    W = Program{};
+    W.item_end.assign(B.item_end.size(), -1);
+    std::vector<int> w_of(B.steps.size(), -1);
+    int last = -1;
+    for (std::size_t i = 0; i < B.steps.size(); ++i) {
+      Step& st = B.steps[i];
+      if (!st.wgrad) continue;
+      Step w = st;
+      w.dep0 = last;
+      w.dep1 = -1;
+      W.steps.push_back(w);
+      last = static_cast<int>(W.steps.size()) - 1;
+      w_of[i] = last;
+      st.duration = 0;
+      st.flops = 0;
+      st.role = Role::None;
+      st.wgrad = false;
+    }
+    W.chain_end = last;
+    // An item's gradients are complete when the last W step up to its backward end has run.
+    for (std::size_t k = 0; k < B.item_end.size(); ++k) {
+      int best = -1;
+      for (int i = 0; i <= B.item_end[k] && i < static_cast<int>(w_of.size()); ++i) best = std::max(best, w_of[i]);
+      W.item_end[k] = best;
+    }
+  }
   std::vector<std::vector<std::vector<std::pair<double, double>>>> chunk_item_params_;  // [stage][chunk][item]
   std::vector<double> p2p_seconds_;  // per virtual stage boundary
 };
@@ -634,6 +664,7 @@ void Lowering::emit_backward_op(const Op& op, const std::string& pre, Builder& b
         // backward step waits for it too (`pending`); only Megatron's explicit asynchronous
         // SP reduce-scatter overlaps it (see the TpGather backward).
         const int wi = b.add(wg, before, gathered);
+        b.p.steps[static_cast<std::size_t>(wi)].wgrad = true;
         if (op.expert_part != 0) tag(b, wi, Role::ExpertWgrad, &op);
         b.join(wi);
         ip.bwd_flops += fl * op.bwd_weight_factor;
@@ -1408,6 +1439,7 @@ Lowered Lowering::run() {
   out_.stages.resize(p_.pp);
   fwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
   bwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
+  wgt_.assign(p_.pp, std::vector<Program>(p_.vpp));
   chunk_item_params_.assign(p_.pp, std::vector<std::vector<std::pair<double, double>>>(p_.vpp));
   std::vector<std::vector<double>> chunk_act(p_.pp, std::vector<double>(p_.vpp, 0.0));
   std::vector<double> stage_flops(p_.pp, 0.0);
@@ -1443,6 +1475,7 @@ Lowered Lowering::run() {
       std::reverse(Bw.item_end.begin(), Bw.item_end.end());  // indexed in forward item order
       finalize_program(F);
       finalize_program(Bw);
+      if (splits_weight_gradients(p_.schedule)) split_weight_gradients(Bw, wgt_[stage][c]);
       for (const ItemProgram& ip : items) {
         chunk_item_params_[stage][c].push_back({ip.params_dense, ip.params_expert});
         si.params_dense += ip.params_dense;
@@ -1463,6 +1496,29 @@ Lowered Lowering::run() {
   // Collective counts were recorded once per emitted op program; scale to per-step counts.
   for (auto& u : uses_) u.count_per_step = std::max(1, u.count_per_step);
 
+  // The zero-bubble list schedule follows the passes' real durations (each program's longest
+  // dependency path, streams ignored).
+  if (splits_weight_gradients(p_.schedule)) {
+    auto span = [](const Program& prog) {
+      std::vector<Tick> end(prog.steps.size(), 0);
+      Tick longest = 0;
+      for (std::size_t i = 0; i < prog.steps.size(); ++i) {
+        const Step& st = prog.steps[i];
+        Tick start = 0;
+        if (st.dep0 >= 0) start = std::max(start, end[st.dep0]);
+        if (st.dep1 >= 0) start = std::max(start, end[st.dep1]);
+        end[i] = start + st.duration;
+        longest = std::max(longest, end[i]);
+      }
+      return longest;
+    };
+    std::vector<PassCosts> costs(static_cast<std::size_t>(p_.pp));
+    for (int stage = 0; stage < p_.pp; ++stage) {
+      costs[stage] = PassCosts{span(fwd_[stage][0]), span(bwd_[stage][0]), span(wgt_[stage][0])};
+    }
+    out_.schedule = make_schedule(p_.schedule, p_.pp, p_.vpp, m, costs);
+  }
+
   // ---- memory per stage ----------------------------------------------------------------------
   const double wbytes = prec_ == models::Precision::FP8 ? 3.0 : 2.0;  // BF16 weights (+ FP8 copies)
   for (int stage = 0; stage < p_.pp; ++stage) {
@@ -1477,11 +1533,13 @@ Lowered Lowering::run() {
     // In-flight activations follow the stage's schedule.
     double cur = 0, peak = 0;
     int alive = 0, peak_alive = 0;
+    // With separate W passes the inputs the weight gradients need stay until W.
+    const Phase frees = splits_weight_gradients(p_.schedule) ? Phase::WeightGrad : Phase::Backward;
     for (const PipeOp& op : out_.schedule[stage]) {
       if (op.phase == Phase::Forward) {
         cur += chunk_act[stage][op.chunk];
         ++alive;
-      } else {
+      } else if (op.phase == frees) {
         cur -= chunk_act[stage][op.chunk];
         --alive;
       }
@@ -1528,7 +1586,8 @@ void Lowering::emit(Fidelity fid) {
   if (fid == Fidelity::Fast) {
     for (int stage = 0; stage < pp; ++stage)
       for (int c = 0; c < vpp; ++c)
-        for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c]}) {
+        for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c], &wgt_[stage][c]}) {
+          if (prog->steps.empty()) continue;
           Program merged;
           std::array<Tick, kNumCats> by_cat{};
           std::array<GroupKind, kNumCats> grp{};
@@ -1548,7 +1607,8 @@ void Lowering::emit(Fidelity fid) {
             st.cat = static_cast<sim::Category>(cat);
             st.stream = stream[cat];
             st.group = grp[cat];
-            st.label = builder_.label(std::string(prog == &fwd_[stage][c] ? "F" : "B") + ".chunk" + std::to_string(c) +
+            st.label = builder_.label(std::string(prog == &fwd_[stage][c] ? "F" : prog == &bwd_[stage][c] ? "B" : "W") +
+                                      ".chunk" + std::to_string(c) +
                                       "." + category_names()[cat]);
             st.dep0 = last;
             st.flops = cat == kCompute ? flops : 0;
@@ -1564,12 +1624,15 @@ void Lowering::emit(Fidelity fid) {
   const auto& ranks = out_.ranks;
   auto rank_index = [&](int stage, int local) { return stage * per_stage + local; };
   // first/last task of each (stage, local, mb, chunk, phase)
-  const std::size_t slots = static_cast<std::size_t>(pp) * per_stage * m * vpp * 2;
+  const std::size_t slots = static_cast<std::size_t>(pp) * per_stage * m * vpp * 3;
   std::vector<sim::TaskId> first(slots, sim::kNoTask), last(slots, sim::kNoTask);
   auto slot = [&](int stage, int local, int mb, int chunk, Phase ph) {
-    return ((((static_cast<std::size_t>(stage) * per_stage + local) * m + mb) * vpp + chunk) * 2) +
-           (ph == Phase::Backward ? 1 : 0);
+    return ((((static_cast<std::size_t>(stage) * per_stage + local) * m + mb) * vpp + chunk) * 3) +
+           static_cast<std::size_t>(ph);
   };
+  // With separate weight-gradient passes, a micro-batch's gradients are complete after its W.
+  const bool split_w = splits_weight_gradients(p_.schedule);
+  const Phase grads_done = split_w ? Phase::WeightGrad : Phase::Backward;
 
   std::vector<sim::ResourceId> res;
   std::vector<sim::TaskId> step_task;  // per step of the current program, per rank
@@ -1689,11 +1752,13 @@ void Lowering::emit(Fidelity fid) {
     }
     std::vector<int> last_bwd_mb(vpp, -1);
     for (const PipeOp& op : out_.schedule[stage])
-      if (op.phase == Phase::Backward) last_bwd_mb[op.chunk] = op.microbatch;
+      if (op.phase == grads_done) last_bwd_mb[op.chunk] = op.microbatch;
     std::vector<bool> first_fwd_seen(vpp, false);
 
     for (const PipeOp& op : out_.schedule[stage]) {
-      const Program& prog = op.phase == Phase::Forward ? fwd_[stage][op.chunk] : bwd_[stage][op.chunk];
+      const Program& prog = op.phase == Phase::Forward    ? fwd_[stage][op.chunk]
+                            : op.phase == Phase::Backward ? bwd_[stage][op.chunk]
+                                                          : wgt_[stage][op.chunk];
       if (prog.steps.empty()) continue;
       instantiate(prog, stage, op.microbatch, tasks);
       int entry = 0;
@@ -1704,6 +1769,10 @@ void Lowering::emit(Fidelity fid) {
         last[sl] = tasks[static_cast<std::size_t>(std::max(0, prog.chain_end)) * per_stage + l];
         if (op.phase == Phase::Backward)  // the chunk's own forward came first (loss on the last stage)
           builder_.depend(last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
+        if (op.phase == Phase::WeightGrad) {  // needs the output gradients B received
+          const sim::TaskId b = last[slot(stage, l, op.microbatch, op.chunk, Phase::Backward)];
+          builder_.depend(b != sim::kNoTask ? b : last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
+        }
         if (op.phase == Phase::Forward && !first_fwd_seen[op.chunk]) {
           const auto& gathers = item_gather[op.chunk];
           for (std::size_t k = 0; k < gathers.size(); ++k) {
@@ -1716,12 +1785,12 @@ void Lowering::emit(Fidelity fid) {
       if (op.phase == Phase::Forward) first_fwd_seen[op.chunk] = true;
       // Overlapped gradient reduction: each item's buckets start once the chunk's last
       // backward has produced that item's gradients.
-      if (op.phase == Phase::Backward && p_.overlap_grad_reduce && op.microbatch == last_bwd_mb[op.chunk]) {
+      if (op.phase == grads_done && p_.overlap_grad_reduce && op.microbatch == last_bwd_mb[op.chunk]) {
         const auto& items = si.chunk_items[op.chunk];
         for (int k = static_cast<int>(items.size()) - 1; k >= 0; --k) {
           const auto [pd, pe] = chunk_item_params_[stage][op.chunk][k];
           auto rs = emit_dp(stage, pd, pe, false, "grad_reduce." + item_prefix(w_.items[items[k]]));
-          const int end_step = prog.item_end[k];
+          const int end_step = std::max(0, prog.item_end[k]);
           for (int l = 0; l < per_stage; ++l)
             for (sim::TaskId t : rs[l]) {
               builder_.depend(tasks[static_cast<std::size_t>(end_step) * per_stage + l], t);
@@ -1737,6 +1806,7 @@ void Lowering::emit(Fidelity fid) {
   std::vector<sim::ResourceId> pres;
   for (int stage = 0; stage < pp; ++stage) {
     for (const PipeOp& op : out_.schedule[stage]) {
+      if (op.phase == Phase::WeightGrad) continue;  // nothing to send
       const int v = op.chunk * pp + stage;
       const bool fwd = op.phase == Phase::Forward;
       const int v_next = fwd ? v + 1 : v - 1;
@@ -1776,10 +1846,11 @@ void Lowering::emit(Fidelity fid) {
       for (int l = 0; l < per_stage; ++l)
         for (sim::TaskId t : rs[l]) {
           for (int c = 0; c < vpp; ++c)
-            for (int mb = 0; mb < m; ++mb) {
-              const sim::TaskId b = last[slot(stage, l, mb, c, Phase::Backward)];
-              if (b != sim::kNoTask) builder_.depend(b, t);
-            }
+            for (int mb = 0; mb < m; ++mb)
+              for (Phase ph : {Phase::Backward, Phase::WeightGrad}) {
+                const sim::TaskId b = last[slot(stage, l, mb, c, ph)];
+                if (b != sim::kNoTask) builder_.depend(b, t);
+              }
           dp_tasks[rank_index(stage, l)].push_back(t);
         }
     }
@@ -1795,10 +1866,11 @@ void Lowering::emit(Fidelity fid) {
       opt[l] = builder_.add_task(to_ticks(opt_t), kOptimizer, builder_.label("optimizer_step"), -1,
                                  {r.streams[static_cast<int>(Stream::Compute)]});
       for (int mb = 0; mb < m; ++mb)
-        for (int c = 0; c < vpp; ++c) {
-          const sim::TaskId t = last[slot(stage, l, mb, c, Phase::Backward)];
-          if (t != sim::kNoTask) builder_.depend(t, opt[l]);
-        }
+        for (int c = 0; c < vpp; ++c)
+          for (Phase ph : {Phase::Backward, Phase::WeightGrad}) {
+            const sim::TaskId t = last[slot(stage, l, mb, c, ph)];
+            if (t != sim::kNoTask) builder_.depend(t, opt[l]);
+          }
       for (sim::TaskId t : dp_tasks[rank_index(stage, l)]) builder_.depend(t, opt[l]);
     }
     // Load-aware expert placement: the moved experts' weights and optimizer shards are fetched

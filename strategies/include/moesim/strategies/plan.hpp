@@ -28,7 +28,11 @@ namespace moesim::strategies {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class RecomputeMethod : std::uint8_t { Uniform, Block };
-enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved };
+/// Pipeline schedules. ZeroBubbleH1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): the
+/// backward is split into the data-gradient pass B and the weight-gradient pass W; stage s
+/// runs 1F1B on F and B and defers each W by p - s - 1 micro-batches, so the Ws fill the
+/// drain; same activation memory as 1F1B.
+enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1 };
 /// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
 /// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
 enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };

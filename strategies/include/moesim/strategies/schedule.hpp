@@ -10,6 +10,10 @@
 // forward and one backward, then drains. Interleaved 1F1B (Narayanan et al. 2021, as in
 // Megatron-LM's schedules.py): (p-s-1)*2 + (v-1)*p warm-up passes over virtual micro-batches
 // k, with chunk (k / p) % v and micro-batch (k / (p v)) p + k % p; backward chunks reversed.
+// ZB-H1 (Qi et al. 2023): backward split into B (data gradients) and W (weight gradients); a
+// greedy list schedule over the passes' durations — a free stage runs a ready B, else a
+// forward while at most p - s micro-batches are in flight (1F1B's memory), else a pending W
+// (at most p - s wait) — so Ws fill the pipeline's fill and drain bubbles.
 
 #include <cstdint>
 #include <vector>
@@ -18,7 +22,9 @@
 
 namespace moesim::strategies {
 
-enum class Phase : std::uint8_t { Forward, Backward };
+/// Backward is the whole backward pass, or only the data-gradient part (B) when the schedule
+/// runs the weight gradients as separate WeightGrad passes (zero-bubble schedules).
+enum class Phase : std::uint8_t { Forward, Backward, WeightGrad };
 
 struct PipeOp {
   Phase phase = Phase::Forward;
@@ -29,7 +35,16 @@ struct PipeOp {
 
 using StageOrder = std::vector<PipeOp>;
 
-/// Per-stage orders for `pp` stages, `vpp` chunks per stage and `m` micro-batches.
-std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m);
+/// Whether the schedule runs weight gradients as passes of their own.
+[[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleH1; }
+
+/// Durations of one stage's F, B and W passes (any unit), for schedules that adapt to them.
+struct PassCosts {
+  long long f = 1000, b = 1000, w = 1000;
+};
+
+/// Per-stage orders for `pp` stages, `vpp` chunks per stage and `m` micro-batches. `costs`
+/// (per stage; empty: equal passes) steer the zero-bubble list schedule.
+std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m, const std::vector<PassCosts>& costs = {});
 
 }  // namespace moesim::strategies
