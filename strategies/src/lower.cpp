@@ -1660,38 +1660,71 @@ void Lowering::emit(Fidelity fid) {
   };
 
   // Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
-  auto instantiate = [&](const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
-    const std::size_t n = prog.steps.size();
-    tasks_out.assign(n * per_stage, sim::kNoTask);
-    for (std::size_t i = 0; i < n; ++i) {
-      const Step& st = prog.steps[i];
-      const bool shared = shared_group(st.group, sim_locals_[0]);
-      if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
-      for (int q = 0; q < per_stage; ++q) {
-        const int local = sim_locals_[q];
-        Tick dur = st.duration;
-        if (st.role == Role::Attention) {
-          const int dp_i = local / (p_.tp * p_.cp);
-          dur = static_cast<Tick>(std::llround(static_cast<double>(dur) * attention_factor_[dp_i][mb]));
-        } else if (skewed_ && st.role != Role::None) {
-          dur = routed_duration(st, mb, local);
-        }
-        sim::TaskId t;
-        if (shared) {
-          const int g = lay_.group_index(st.group, local);
-          if (group_task[g] == sim::kNoTask) {
-            resources_for(st, stage, q, true, res);
-            group_task[g] = builder_.add_task(dur, st.cat, st.label, mb, res);
-          }
-          t = group_task[g];
-        } else {
-          resources_for(st, stage, q, false, res);
-          t = builder_.add_task(dur, st.cat, st.label, mb, res);
-        }
-        tasks_out[i * per_stage + q] = t;
-        if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + q], t);
-        if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + q], t);
+  // One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
+  auto instantiate_step = [&](const Program& prog, std::size_t i, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
+    const Step& st = prog.steps[i];
+    const bool shared = shared_group(st.group, sim_locals_[0]);
+    if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
+    for (int q = 0; q < per_stage; ++q) {
+      const int local = sim_locals_[q];
+      Tick dur = st.duration;
+      if (st.role == Role::Attention) {
+        const int dp_i = local / (p_.tp * p_.cp);
+        dur = static_cast<Tick>(std::llround(static_cast<double>(dur) * attention_factor_[dp_i][mb]));
+      } else if (skewed_ && st.role != Role::None) {
+        dur = routed_duration(st, mb, local);
       }
+      sim::TaskId t;
+      if (shared) {
+        const int g = lay_.group_index(st.group, local);
+        if (group_task[g] == sim::kNoTask) {
+          resources_for(st, stage, q, true, res);
+          group_task[g] = builder_.add_task(dur, st.cat, st.label, mb, res);
+        }
+        t = group_task[g];
+      } else {
+        resources_for(st, stage, q, false, res);
+        t = builder_.add_task(dur, st.cat, st.label, mb, res);
+      }
+      tasks_out[i * per_stage + q] = t;
+      if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + q], t);
+      if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + q], t);
+    }
+  };
+  // Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
+  auto instantiate = [&](const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
+    tasks_out.assign(prog.steps.size() * per_stage, sim::kNoTask);
+    for (std::size_t i = 0; i < prog.steps.size(); ++i) instantiate_step(prog, i, stage, mb, tasks_out);
+  };
+  // Forward-backward overlap (MindSpeed --moe-fb-overlap, DualPipe's core): a backward and a
+  // forward of different micro-batches are issued as one interleaved stream of work. The issue
+  // order comes from running the two programs together on the stage's streams (durations only,
+  // inputs assumed ready): the next step of either program goes first if it can start first,
+  // the backward winning ties — so the forward fills the compute stream while the backward
+  // waits for its all-to-all, and the other way round. Tasks of a stream run in issue order.
+  auto instantiate_pair = [&](const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
+                              std::vector<sim::TaskId>& out_b, int stage) {
+    out_a.assign(a.steps.size() * per_stage, sim::kNoTask);
+    out_b.assign(b.steps.size() * per_stage, sim::kNoTask);
+    std::array<Tick, kNumStreams> stream_free{};
+    std::vector<Tick> end_a(a.steps.size(), 0), end_b(b.steps.size(), 0);
+    auto start_of = [&](const Step& st, const std::vector<Tick>& end) {
+      Tick t = stream_free[static_cast<int>(st.stream)];
+      if (st.dep0 >= 0) t = std::max(t, end[st.dep0]);
+      if (st.dep1 >= 0) t = std::max(t, end[st.dep1]);
+      return t;
+    };
+    std::size_t i = 0, j = 0;
+    while (i < a.steps.size() || j < b.steps.size()) {
+      const bool take_a = j >= b.steps.size() ||
+                          (i < a.steps.size() && start_of(a.steps[i], end_a) <= start_of(b.steps[j], end_b));
+      const Program& prog = take_a ? a : b;
+      std::vector<Tick>& end = take_a ? end_a : end_b;
+      const std::size_t k = take_a ? i++ : j++;
+      const Step& st = prog.steps[k];
+      end[k] = start_of(st, end) + st.duration;
+      stream_free[static_cast<int>(st.stream)] = end[k];
+      instantiate_step(prog, k, stage, take_a ? mb_a : mb_b, take_a ? out_a : out_b);
     }
   };
 
@@ -1732,7 +1765,7 @@ void Lowering::emit(Fidelity fid) {
   };
   std::vector<std::vector<sim::TaskId>> dp_tasks(ranks.size());  // everything the optimizer waits for
 
-  std::vector<sim::TaskId> tasks;
+  std::vector<sim::TaskId> tasks, tasks2;
   for (int stage = 0; stage < pp; ++stage) {
     compute_shapes(stage);
     const StageInfo& si = out_.stages[stage];
@@ -1755,12 +1788,14 @@ void Lowering::emit(Fidelity fid) {
       if (op.phase == grads_done) last_bwd_mb[op.chunk] = op.microbatch;
     std::vector<bool> first_fwd_seen(vpp, false);
 
-    for (const PipeOp& op : out_.schedule[stage]) {
-      const Program& prog = op.phase == Phase::Forward    ? fwd_[stage][op.chunk]
-                            : op.phase == Phase::Backward ? bwd_[stage][op.chunk]
-                                                          : wgt_[stage][op.chunk];
-      if (prog.steps.empty()) continue;
-      instantiate(prog, stage, op.microbatch, tasks);
+    auto program_of = [&](const PipeOp& op) -> const Program& {
+      return op.phase == Phase::Forward    ? fwd_[stage][op.chunk]
+             : op.phase == Phase::Backward ? bwd_[stage][op.chunk]
+                                           : wgt_[stage][op.chunk];
+    };
+    // Bookkeeping of one instantiated pass: its first and last tasks, its inputs inside the
+    // stage, parameter gathers before the first forward, gradient reduction after the last.
+    auto finish_op = [&](const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks) {
       int entry = 0;
       while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
       for (int l = 0; l < per_stage; ++l) {
@@ -1798,6 +1833,28 @@ void Lowering::emit(Fidelity fid) {
             }
         }
       }
+    };
+    const auto& order = out_.schedule[stage];
+    for (std::size_t oi = 0; oi < order.size(); ++oi) {
+      const PipeOp& op = order[oi];
+      const Program& prog = program_of(op);
+      if (prog.steps.empty()) continue;
+      // Forward-backward overlap: a backward followed by the forward of another micro-batch
+      // (1F1B's steady state) are issued together. The backward's gradient is what the stage
+      // waits for; the next forward's input has usually arrived already, so pairing in this
+      // order does not hold the forward back.
+      if (p_.fb_overlap && op.phase == Phase::Backward && oi + 1 < order.size() &&
+          order[oi + 1].phase == Phase::Forward && order[oi + 1].microbatch != op.microbatch &&
+          !program_of(order[oi + 1]).steps.empty()) {
+        const PipeOp& next = order[oi + 1];
+        instantiate_pair(prog, op.microbatch, tasks, program_of(next), next.microbatch, tasks2, stage);
+        finish_op(op, prog, tasks);
+        finish_op(next, program_of(next), tasks2);
+        ++oi;
+        continue;
+      }
+      instantiate(prog, stage, op.microbatch, tasks);
+      finish_op(op, prog, tasks);
     }
   }
 

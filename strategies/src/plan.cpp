@@ -88,6 +88,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
+  p.fb_overlap = r.boolean({"moe_fb_overlap", "fb_overlap"}, false);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
@@ -262,6 +263,7 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
       else par[key] = as_json(value);
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
                key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
+               key == "moe_fb_overlap" ||
                key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
     } else if (key == "recompute_modules") {

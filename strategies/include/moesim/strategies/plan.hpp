@@ -68,6 +68,9 @@ struct Plan {
   bool grad_reduce_in_bf16 = false;
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
+  /// MindSpeed --moe-fb-overlap: a forward and a backward of different micro-batches run as
+  /// one interleaved pass, so each one's all-to-all hides behind the other's compute.
+  bool fb_overlap = false;
   // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.
   std::string partition = "auto";       ///< "auto" (balance time), "even", or "explicit"
   std::vector<int> layers_per_stage;    ///< explicit: per virtual stage, pp*vpp entries
