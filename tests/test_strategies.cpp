@@ -311,3 +311,43 @@ TEST_CASE("schedules: zb_h1 end to end is faster than 1F1B and refuses virtual s
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""),
                     Catch::Contains("/parallelism/pipeline_schedule") && Catch::Contains("virtual_pipeline_model_parallel_size 1"));
 }
+
+TEST_CASE("swap: activations in host memory lower peak memory by the swapped bytes and cost the unhidden copies",
+          "[strategies][memory][swap]") {
+  const char* base = R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 32000},
+    "cluster": {"preset": "atlas-800t-a2", "devices": 16},
+    "training": {"seq_length": 2048, "global_batch_size": 32},
+    "parallelism": {"tp": 1, "pp": 4, "mbs": 1}})";
+  nlohmann::json j = nlohmann::json::parse(base);
+  const Simulation plain = simulate(load_scenario(j, "t.json", ""));
+  j["parallelism"]["swap_activations"] = 0.5;
+  const Scenario ss = load_scenario(j, "t.json", "");
+  const Simulation sw = simulate(ss);
+  for (std::size_t st = 0; st < plain.result.stages.size(); ++st) {
+    const MemoryBreakdown& a = plain.result.stages[st].memory;
+    const MemoryBreakdown& b = sw.result.stages[st].memory;
+    // Stage 0 keeps p micro-batches in flight: all but the one being prefetched give up half
+    // their activations; the last stage keeps one, which it needs back at once.
+    if (st == 0) CHECK(b.swapped == Approx(0.5 * a.activations * (4 - 1) / 4).epsilon(0.02));
+    if (st == 3) CHECK(b.swapped == 0.0);
+    // Every byte not on the device is in host memory: the device total drops by exactly that.
+    CHECK(b.total() == Approx(a.total() - b.swapped));
+    CHECK(b.activations + b.swapped == Approx(a.activations));
+  }
+  CHECK(sw.result.peak_memory_bytes < plain.result.peak_memory_bytes);
+  // Copies on the host link: each chunk's swapped bytes out and back at host_bandwidth; the
+  // step grows by at most their total (hidden where compute runs), never shrinks.
+  const double host = ss.cluster.device.host_bandwidth.value();
+  double copy_s = 0;
+  for (const StageInfo& si : sw.lowered.stages)
+    copy_s = std::max(copy_s, 2.0 * 0.5 * si.activation_bytes_per_microbatch / host * ss.plan.num_microbatches);
+  CHECK(sw.result.step_time_s >= plain.result.step_time_s);
+  CHECK(sw.result.step_time_s <= plain.result.step_time_s + copy_s * 1.0001);
+  CHECK(sw.result.breakdown.swap <= copy_s);
+  CHECK(sw.result.breakdown.total() == Approx(sw.result.step_time_s).epsilon(1e-6));
+  // More than everything cannot be swapped.
+  j["parallelism"]["swap_activations"] = 1.5;
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/parallelism/swap_activations"));
+}

@@ -17,7 +17,7 @@ namespace moesim::strategies {
 
 const std::vector<std::string>& category_names() {
   static const std::vector<std::string> names{"compute", "recompute", "tp_comm", "cp_comm",
-                                              "ep_comm", "pp_comm",   "dp_comm", "optimizer"};
+                                              "ep_comm", "pp_comm",   "dp_comm", "optimizer", "swap"};
   return names;
 }
 
@@ -29,6 +29,7 @@ const char* stream_name(Stream s) {
     case Stream::Ep: return "ep";
     case Stream::Pp: return "pp";
     case Stream::Dp: return "dp";
+    case Stream::Host: return "host";
   }
   return "?";
 }
@@ -508,6 +509,7 @@ class Lowering {
       if (pos_of_local_[l] < 0) return false;
     return true;
   }
+  std::vector<std::vector<double>> chunk_act_;  ///< [stage][chunk] saved activations, one micro-batch
   std::vector<std::vector<Program>> fwd_, bwd_, wgt_;  // [stage][chunk]; wgt_: W passes (zero bubble)
   /// Moves the weight-gradient steps of a backward program into a W program of their own,
   /// leaving zero-length markers (the data-gradient chain no longer waits for them).
@@ -1441,7 +1443,8 @@ Lowered Lowering::run() {
   bwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
   wgt_.assign(p_.pp, std::vector<Program>(p_.vpp));
   chunk_item_params_.assign(p_.pp, std::vector<std::vector<std::pair<double, double>>>(p_.vpp));
-  std::vector<std::vector<double>> chunk_act(p_.pp, std::vector<double>(p_.vpp, 0.0));
+  std::vector<std::vector<double>>& chunk_act = chunk_act_;
+  chunk_act.assign(p_.pp, std::vector<double>(p_.vpp, 0.0));
   std::vector<double> stage_flops(p_.pp, 0.0);
 
   for (int stage = 0; stage < p_.pp; ++stage) {
@@ -1548,7 +1551,13 @@ Lowered Lowering::run() {
         peak_alive = alive;
       }
     }
-    mem.activations = peak;
+    // Swapping: a fraction of every chunk's saved activations waits in host memory between its
+    // forward and its backward; one chunk's worth is back on the device (prefetched) at a time.
+    const double f = p_.swap_activations;
+    double largest = 0;
+    for (double a : chunk_act[stage]) largest = std::max(largest, a);
+    mem.swapped = f > 0 ? std::max(0.0, f * (peak - largest)) : 0.0;
+    mem.activations = peak - mem.swapped;
     mem.peak_inflight = peak_alive;
     mem.reserved = s_.cluster.device.memory_reserved.value();
   }
@@ -1630,6 +1639,9 @@ void Lowering::emit(Fidelity fid) {
     return ((((static_cast<std::size_t>(stage) * per_stage + local) * m + mb) * vpp + chunk) * 3) +
            static_cast<std::size_t>(ph);
   };
+  // Seconds per byte of a chunk's activations swapped one way (0: no swapping).
+  const double host_bw = s_.cluster.device.host_bandwidth.value();
+  const double swap_seconds = p_.swap_activations > 0 && host_bw > 0 ? p_.swap_activations / host_bw : 0.0;
   // With separate weight-gradient passes, a micro-batch's gradients are complete after its W.
   const bool split_w = splits_weight_gradients(p_.schedule);
   const Phase grads_done = split_w ? Phase::WeightGrad : Phase::Backward;
@@ -1807,6 +1819,21 @@ void Lowering::emit(Fidelity fid) {
         if (op.phase == Phase::WeightGrad) {  // needs the output gradients B received
           const sim::TaskId b = last[slot(stage, l, op.microbatch, op.chunk, Phase::Backward)];
           builder_.depend(b != sim::kNoTask ? b : last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
+        }
+        // Activation swapping: after the forward a share of the chunk's saved activations
+        // goes to host memory; the backward waits for it to come back. The copies queue on
+        // the rank's host stream (one DMA queue) in issue order.
+        if (swap_seconds > 0 && op.phase != Phase::WeightGrad) {
+          const double secs = swap_seconds * chunk_act_[stage][op.chunk];
+          const sim::TaskId copy = builder_.add_task(
+              to_ticks(Seconds{secs}), kSwap, builder_.label(op.phase == Phase::Forward ? "swap_out" : "swap_in"),
+              op.microbatch, {ranks[rank_index(stage, l)].streams[static_cast<int>(Stream::Host)]});
+          if (op.phase == Phase::Forward) {
+            builder_.depend(last[sl], copy);
+          } else {
+            builder_.depend(last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], copy);
+            builder_.depend(copy, first[sl]);
+          }
         }
         if (op.phase == Phase::Forward && !first_fwd_seen[op.chunk]) {
           const auto& gathers = item_gather[op.chunk];

@@ -89,6 +89,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
   p.fb_overlap = r.boolean({"moe_fb_overlap", "fb_overlap"}, false);
+  p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
@@ -532,6 +533,10 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   root.has({"search"});  // read by parse_search_space when searching
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
+  if (s.plan.swap_activations > 0 && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
+    diag.error("/parallelism/swap_activations", std::to_string(s.plan.swap_activations),
+               "needs the device-host bandwidth (\"host_bandwidth\"), which device " + s.cluster.device.name +
+                   " does not give");
   if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())
     diag.error("/training/precision", "\"fp8\"", "is not supported by device " + s.cluster.device.name + " (no FP8 peak in its preset)");
   // Divisibility is checked whenever model and cluster were readable, so that every problem

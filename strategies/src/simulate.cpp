@@ -104,7 +104,7 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   }
   compute_busy = merged(std::move(compute_busy));
   // Communication by category, in priority order for attributing exposed time.
-  const sim::Category order[] = {kTpComm, kCpComm, kEpComm, kPpComm, kDpComm};
+  const sim::Category order[] = {kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kSwap};
   std::array<std::vector<Interval>, kNumCats> comm;
   for (int s = 1; s < kNumStreams; ++s)
     for (sim::TaskId t : g.stream_order(r.streams[s]))
@@ -130,6 +130,7 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   rt.b.ep_comm = to_seconds(exposed[kEpComm]).value();
   rt.b.pp_comm = to_seconds(exposed[kPpComm]).value();
   rt.b.dp_comm = to_seconds(exposed[kDpComm]).value();
+  rt.b.swap = to_seconds(exposed[kSwap]).value();
   rt.b.imbalance_wait = to_seconds(waiting).value();
   rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting)).value();
   return rt;
@@ -142,6 +143,7 @@ void add_scaled(Breakdown& a, const Breakdown& b, double w) {
   a.ep_comm += w * b.ep_comm;
   a.pp_comm += w * b.pp_comm;
   a.dp_comm += w * b.dp_comm;
+  a.swap += w * b.swap;
   a.bubble += w * b.bubble;
   a.imbalance_wait += w * b.imbalance_wait;
   a.other += w * b.other;
@@ -274,7 +276,8 @@ Simulation simulate(const Scenario& s) {
 nlohmann::json to_json(const Breakdown& b) {
   return {{"compute", b.compute}, {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
           {"ep_comm", b.ep_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
-          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"other", b.other}};
+          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"swap", b.swap},
+          {"other", b.other}};
 }
 
 Breakdown breakdown_from_json(const nlohmann::json& j) {
@@ -287,6 +290,7 @@ Breakdown breakdown_from_json(const nlohmann::json& j) {
   b.dp_comm = j.value("dp_comm", 0.0);
   b.bubble = j.value("bubble", 0.0);
   b.imbalance_wait = j.value("imbalance_wait", 0.0);
+  b.swap = j.value("swap", 0.0);
   b.other = j.value("other", 0.0);
   return b;
 }
@@ -320,6 +324,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
                       {"activations_bytes", m.activations},
                       {"transient_bytes", m.transient},
                       {"reserved_bytes", m.reserved},
+                      {"swapped_to_host_bytes", m.swapped},
                       {"peak_inflight_microbatch_chunks", m.peak_inflight},
                       {"breakdown_s", bd}});
   }

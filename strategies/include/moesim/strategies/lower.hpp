@@ -28,12 +28,12 @@
 namespace moesim::strategies {
 
 /// Task categories (sim::Category values).
-enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOptimizer, kNumCats };
+enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOptimizer, kSwap, kNumCats };
 const std::vector<std::string>& category_names();
 [[nodiscard]] inline bool is_comm(sim::Category c) { return c >= kTpComm && c <= kDpComm; }
 
-enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp };
-inline constexpr int kNumStreams = 6;
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host };  ///< Host: device-host copies (swap)
+inline constexpr int kNumStreams = 7;
 const char* stream_name(Stream s);
 
 struct SimRank {
@@ -54,6 +54,7 @@ struct MemoryBreakdown {
   double transient = 0;    ///< working buffers of one operator (logits, gathered inputs)
   double reserved = 0;     ///< runtime, communication buffers, fragmentation
   int peak_inflight = 0;   ///< micro-batch chunks alive at the activation peak
+  double swapped = 0;      ///< activation bytes held in host memory at the peak (not in total())
   [[nodiscard]] double total() const { return weights + gradients + optimizer + activations + transient + reserved; }
 };
 
