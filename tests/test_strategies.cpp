@@ -351,3 +351,39 @@ TEST_CASE("swap: activations in host memory lower peak memory by the swapped byt
   j["parallelism"]["swap_activations"] = 1.5;
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/parallelism/swap_activations"));
 }
+
+TEST_CASE("host dispatch: short kernels leave the device waiting for the host; fusing vector ops cuts launches",
+          "[strategies][host]") {
+  const char* base = R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1024},
+    "cluster": {"preset": "atlas-800t-a2", "devices": 8},
+    "training": {"seq_length": 256, "global_batch_size": 8},
+    "parallelism": {"tp": 1, "pp": 1, "mbs": 1}})";
+  nlohmann::json j = nlohmann::json::parse(base);
+  const Simulation fast_host = simulate(load_scenario(j, "t.json", ""));
+  j["simulation"] = {{"host_dispatch", {{"launch_overhead", "200us"}}}};
+  const Simulation slow_host = simulate(load_scenario(j, "t.json", ""));
+  j["simulation"]["host_dispatch"]["fused_vector_ops"] = true;
+  const Simulation fused = simulate(load_scenario(j, "t.json", ""));
+  auto launches = [](const Simulation& s) {
+    std::size_t n = 0;
+    for (const SimRank& r : s.lowered.ranks) n += s.lowered.graph.stream_order(r.streams[static_cast<int>(Stream::Launch)]).size();
+    return n;
+  };
+  const std::size_t n = launches(slow_host);
+  REQUIRE(n > 50);
+  CHECK(launches(fast_host) == 0);
+  // Every kernel here is far shorter than 200 us: the host issues them one after another and
+  // the step is the launches end to end (plus what follows the last one).
+  CHECK(slow_host.result.step_time_s >= n * 200e-6);
+  CHECK(slow_host.result.step_time_s < n * 200e-6 * 1.1 + fast_host.result.step_time_s);
+  CHECK(slow_host.result.breakdown.host_bound > 0.5 * slow_host.result.step_time_s);
+  CHECK(slow_host.result.breakdown.total() == Approx(slow_host.result.step_time_s).epsilon(1e-6));
+  CHECK(fast_host.result.breakdown.host_bound == 0.0);
+  // Fused vector operators: fewer launches, a shorter step.
+  CHECK(launches(fused) < n);
+  CHECK(fused.result.step_time_s < slow_host.result.step_time_s);
+  j["simulation"]["host_dispatch"] = {{"fused_vector_ops", true}};
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/simulation/host_dispatch/launch_overhead"));
+}

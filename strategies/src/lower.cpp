@@ -17,7 +17,7 @@ namespace moesim::strategies {
 
 const std::vector<std::string>& category_names() {
   static const std::vector<std::string> names{"compute", "recompute", "tp_comm", "cp_comm",
-                                              "ep_comm", "pp_comm",   "dp_comm", "optimizer", "swap"};
+                                              "ep_comm", "pp_comm",   "dp_comm", "optimizer", "swap", "launch"};
   return names;
 }
 
@@ -30,6 +30,7 @@ const char* stream_name(Stream s) {
     case Stream::Pp: return "pp";
     case Stream::Dp: return "dp";
     case Stream::Host: return "host";
+    case Stream::Launch: return "launch";
   }
   return "?";
 }
@@ -1672,6 +1673,9 @@ void Lowering::emit(Fidelity fid) {
   };
 
   // Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
+  const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
+  const sim::LabelId launch_label = builder_.label("launch");
+  const sim::LabelId sync_label = builder_.label("host_sync.tokens_per_expert");
   // One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
   auto instantiate_step = [&](const Program& prog, std::size_t i, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
     const Step& st = prog.steps[i];
@@ -1699,6 +1703,24 @@ void Lowering::emit(Fidelity fid) {
         t = builder_.add_task(dur, st.cat, st.label, mb, res);
       }
       tasks_out[i * per_stage + q] = t;
+      // Host dispatch: the host thread issues every kernel in program order; a kernel cannot
+      // start before its launch (fused vector operators are issued with their neighbours).
+      if (launch_ticks > 0 && st.stream == Stream::Compute && st.duration > 0 &&
+          !(s_.simulation.fused_vector_ops && st.flops == 0)) {
+        const sim::TaskId ln = builder_.add_task(launch_ticks, kLaunch, launch_label, mb,
+                                                 {ranks[rank_index(stage, q)].streams[static_cast<int>(Stream::Launch)]});
+        builder_.depend(ln, t);
+      }
+      // The dispatch all-to-all(v) needs the tokens per expert on the host (Megatron's
+      // alltoall dispatcher copies them to the CPU): the host thread waits for the router's
+      // result before it can issue anything further, so it cannot run ahead past a dispatch.
+      if (launch_ticks > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+        const sim::TaskId sync = builder_.add_task(launch_ticks, kLaunch, sync_label, mb,
+                                                   {ranks[rank_index(stage, q)].streams[static_cast<int>(Stream::Launch)]});
+        if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + q], sync);
+        if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + q], sync);
+        builder_.depend(sync, t);
+      }
       if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage + q], t);
       if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage + q], t);
     }

@@ -527,6 +527,14 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     s.simulation.fidelity = *parse_fidelity(f);
     s.simulation.network =
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
+    if (const auto* hd = r.get({"host_dispatch"})) {
+      ObjectReader q(*hd, "/simulation/host_dispatch", diag);
+      s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(0.0);
+      if (!q.has({"launch_overhead"}))
+        diag.error("/simulation/host_dispatch/launch_overhead", "", "is required (host time per kernel launch, e.g. \"20us\")");
+      s.simulation.fused_vector_ops = q.boolean({"fused_vector_ops"}, false);
+      q.finish();
+    }
     r.finish();
   }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));

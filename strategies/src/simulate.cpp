@@ -106,9 +106,28 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   // Communication by category, in priority order for attributing exposed time.
   const sim::Category order[] = {kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kSwap};
   std::array<std::vector<Interval>, kNumCats> comm;
-  for (int s = 1; s < kNumStreams; ++s)
+  for (int s = 1; s < kNumStreams; ++s) {
+    if (s == static_cast<int>(Stream::Launch)) continue;  // host work, not device activity
     for (sim::TaskId t : g.stream_order(r.streams[s]))
       if (run.end[t] > run.start[t]) comm[g.category(t)].emplace_back(run.start[t], run.end[t]);
+  }
+  // Host-bound: a kernel whose launch came after everything else it waited for (its previous
+  // kernel and its inputs) kept the device waiting for the host from then until it started.
+  std::vector<Interval> host_waits;
+  {
+    const sim::ResourceId launch_stream = r.streams[static_cast<int>(Stream::Launch)];
+    Tick prev_end = 0;
+    for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
+      Tick ready = prev_end, launched = -1;
+      for (sim::TaskId p : g.predecessors(t)) {
+        const auto res = g.resources_of(p);
+        if (res.size() == 1 && res[0] == launch_stream) launched = std::max(launched, run.end[p]);
+        else ready = std::max(ready, run.end[p]);
+      }
+      if (launched > ready && run.start[t] > ready) host_waits.emplace_back(ready, run.start[t]);
+      prev_end = run.end[t];
+    }
+  }
   std::vector<Interval> covered = compute_busy;
   std::array<Tick, kNumCats> exposed{};
   for (sim::Category c : order) {
@@ -121,7 +140,9 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
     covered = union_of(covered, u);
   }
   const Tick idle = makespan - measure(covered);
-  const Tick waiting = measure_minus(merged(std::move(waits)), covered);
+  const std::vector<Interval> wait_iv = merged(std::move(waits));
+  const Tick waiting = measure_minus(wait_iv, covered);
+  const Tick host_bound = measure_minus(merged(std::move(host_waits)), union_of(covered, wait_iv));
   rt.b.compute = to_seconds(compute + recompute).value();
   rt.b.recompute = to_seconds(recompute).value();
   rt.b.other = to_seconds(optimizer).value();
@@ -132,7 +153,8 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   rt.b.dp_comm = to_seconds(exposed[kDpComm]).value();
   rt.b.swap = to_seconds(exposed[kSwap]).value();
   rt.b.imbalance_wait = to_seconds(waiting).value();
-  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting)).value();
+  rt.b.host_bound = to_seconds(host_bound).value();
+  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting - host_bound)).value();
   return rt;
 }
 
@@ -144,6 +166,7 @@ void add_scaled(Breakdown& a, const Breakdown& b, double w) {
   a.pp_comm += w * b.pp_comm;
   a.dp_comm += w * b.dp_comm;
   a.swap += w * b.swap;
+  a.host_bound += w * b.host_bound;
   a.bubble += w * b.bubble;
   a.imbalance_wait += w * b.imbalance_wait;
   a.other += w * b.other;
@@ -276,7 +299,7 @@ Simulation simulate(const Scenario& s) {
 nlohmann::json to_json(const Breakdown& b) {
   return {{"compute", b.compute}, {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
           {"ep_comm", b.ep_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
-          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"swap", b.swap},
+          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"swap", b.swap}, {"host_bound", b.host_bound},
           {"other", b.other}};
 }
 
@@ -291,6 +314,7 @@ Breakdown breakdown_from_json(const nlohmann::json& j) {
   b.bubble = j.value("bubble", 0.0);
   b.imbalance_wait = j.value("imbalance_wait", 0.0);
   b.swap = j.value("swap", 0.0);
+  b.host_bound = j.value("host_bound", 0.0);
   b.other = j.value("other", 0.0);
   return b;
 }

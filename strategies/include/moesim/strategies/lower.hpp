@@ -28,12 +28,13 @@
 namespace moesim::strategies {
 
 /// Task categories (sim::Category values).
-enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOptimizer, kSwap, kNumCats };
+enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOptimizer, kSwap, kLaunch, kNumCats };
 const std::vector<std::string>& category_names();
 [[nodiscard]] inline bool is_comm(sim::Category c) { return c >= kTpComm && c <= kDpComm; }
 
-enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host };  ///< Host: device-host copies (swap)
-inline constexpr int kNumStreams = 7;
+/// Host: device-host copies (swap). Launch: the host thread that issues kernels (host dispatch).
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch };
+inline constexpr int kNumStreams = 8;
 const char* stream_name(Stream s);
 
 struct SimRank {

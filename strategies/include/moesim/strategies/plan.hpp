@@ -131,6 +131,10 @@ enum class NetworkModel : std::uint8_t { Flow, Analytical };
 struct SimulationOptions {
   Fidelity fidelity = Fidelity::Balanced;
   NetworkModel network = NetworkModel::Flow;
+  /// Host dispatch (the framework's per-kernel cost on the host thread; 0: not modelled):
+  /// kernels shorter than their launch leave the device waiting (host-bound).
+  double launch_overhead = 0;   ///< seconds per kernel launch
+  bool fused_vector_ops = false;  ///< vector operators fused into their neighbours: no launch of their own
 };
 
 struct Scenario {

@@ -37,10 +37,12 @@ struct Breakdown {
   double bubble = 0;
   double imbalance_wait = 0;  ///< waiting for slower peers (routing skew); 0 without skew
   double swap = 0;            ///< activation copies to and from host memory not hidden by other work
+  double host_bound = 0;      ///< device idle waiting for the host to launch the next kernel
   double other = 0;           ///< optimizer step
   double recompute = 0;       ///< part of `compute` spent recomputing (informational)
   [[nodiscard]] double total() const {
-    return compute + tp_comm + cp_comm + ep_comm + pp_comm + dp_comm + bubble + imbalance_wait + swap + other;
+    return compute + tp_comm + cp_comm + ep_comm + pp_comm + dp_comm + bubble + imbalance_wait + swap + host_bound +
+           other;
   }
 };
 
