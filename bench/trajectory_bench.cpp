@@ -1,0 +1,59 @@
+// The Pangu trajectory: the 718B scenarios of bench/pangu_trajectory/, one technique added per
+// step, simulated in order; prints predicted MFU, tokens/s, peak and activation memory and where
+// the time goes after each step, next to Huawei's published effect of the technique
+// (bench/pangu_trajectory/published.json). Not a test: bench/pangu_trajectory/report.md
+// records a run.
+//
+//   build/bin/moesim_bench_trajectory [DIR]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "moesim/strategies/simulate.hpp"
+
+using namespace moesim;
+using namespace moesim::strategies;
+
+int main(int argc, char** argv) {
+  const std::filesystem::path dir = argc > 1 ? argv[1] : std::string(MOESIM_SOURCE_DIR) + "/bench/pangu_trajectory";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".json" && e.path().filename() != "published.json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  nlohmann::json published = nlohmann::json::object();
+  if (std::ifstream f(dir / "published.json"); f) published = nlohmann::json::parse(f);
+  std::printf("| step | MFU | tokens/s | vs previous | peak GiB | act GiB | exposed a2a s | bubble s | imbalance s | swap s | step s | Huawei |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  double prev = 0;
+  try {
+    for (const auto& file : files) {
+      const Scenario s = load_scenario_file(file.string(), {});
+      const auto t0 = std::chrono::steady_clock::now();
+      const Result r = simulate(s).result;
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double act = 0;
+      for (const auto& st : r.stages) act = std::max(act, st.memory.activations);
+      const std::string name = file.stem().string();
+      const std::string pub = published.contains(name) ? published[name].value("published", "") : "";
+      char gain[32] = "";
+      if (prev > 0) std::snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (r.tokens_per_s / prev - 1.0));
+      const Breakdown& b = r.breakdown;
+      std::printf("| %s | %.1f%% | %.2fM | %s | %.1f%s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", name.c_str(),
+                  100 * r.mfu, r.tokens_per_s / 1e6, gain, r.peak_memory_bytes / (1 << 30) / 1.0,
+                  r.memory_fits ? "" : " (does not fit)", act / (1 << 30), b.ep_comm, b.bubble, b.imbalance_wait, b.swap,
+                  r.step_time_s, pub.c_str());
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s: %.1f s\n", name.c_str(), wall);
+      prev = r.tokens_per_s;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moesim_bench_trajectory: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
