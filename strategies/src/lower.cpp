@@ -31,6 +31,7 @@ const char* stream_name(Stream s) {
     case Stream::Dp: return "dp";
     case Stream::Host: return "host";
     case Stream::Launch: return "launch";
+    case Stream::HostIn: return "host_in";
   }
   return "?";
 }
@@ -1843,13 +1844,14 @@ void Lowering::emit(Fidelity fid) {
           builder_.depend(b != sim::kNoTask ? b : last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
         }
         // Activation swapping: after the forward a share of the chunk's saved activations
-        // goes to host memory; the backward waits for it to come back. The copies queue on
-        // the rank's host stream (one DMA queue) in issue order.
+        // goes to host memory; the backward waits for it to come back. Copies out and in
+        // queue on two host streams (the link is full duplex), each in issue order.
         if (swap_seconds > 0 && op.phase != Phase::WeightGrad) {
           const double secs = swap_seconds * chunk_act_[stage][op.chunk];
           const sim::TaskId copy = builder_.add_task(
               to_ticks(Seconds{secs}), kSwap, builder_.label(op.phase == Phase::Forward ? "swap_out" : "swap_in"),
-              op.microbatch, {ranks[rank_index(stage, l)].streams[static_cast<int>(Stream::Host)]});
+              op.microbatch,
+              {ranks[rank_index(stage, l)].streams[static_cast<int>(op.phase == Phase::Forward ? Stream::Host : Stream::HostIn)]});
           if (op.phase == Phase::Forward) {
             builder_.depend(last[sl], copy);
           } else {

@@ -32,9 +32,10 @@ enum Cat : sim::Category { kCompute, kRecompute, kTpComm, kCpComm, kEpComm, kPpC
 const std::vector<std::string>& category_names();
 [[nodiscard]] inline bool is_comm(sim::Category c) { return c >= kTpComm && c <= kDpComm; }
 
-/// Host: device-host copies (swap). Launch: the host thread that issues kernels (host dispatch).
-enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch };
-inline constexpr int kNumStreams = 8;
+/// Host / HostIn: device-to-host and host-to-device copies (swap; the link is full duplex).
+/// Launch: the host thread that issues kernels (host dispatch).
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch, HostIn };
+inline constexpr int kNumStreams = 9;
 const char* stream_name(Stream s);
 
 struct SimRank {
