@@ -823,10 +823,61 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
   const std::uint32_t modules = p_.recompute == Recompute::Selective ? p_.recompute_modules : 0u;
   const int fwd_count = mb_count;
 
+  // Shared-expert overlap (Megatron --moe-shared-expert-overlap, MindSpeed
+  // --moe-alltoall-overlap-comm): the shared expert branches off before the dispatch
+  // all-to-all and is issued right after it, so it computes while the tokens travel; its
+  // backward is issued right after the combine's backward all-to-all. Both rejoin the layer.
+  std::vector<bool> shared(prog.ops.size(), false);
+  int dispatch = -1, combine = -1, unpermute = -1;
+  if (p_.shared_expert_overlap && current_moe_layer_ >= 0) {
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      shared[i] = op.name.rfind("shared_", 0) == 0;
+      if (op.kind == OpKind::Comm && op.comm == models::Comm::EpDispatch) dispatch = static_cast<int>(i);
+      if (op.kind == OpKind::Comm && op.comm == models::Comm::EpCombine) combine = static_cast<int>(i);
+      if (op.name.find("unpermute") != std::string::npos) unpermute = static_cast<int>(i);
+    }
+    if (dispatch < 0 || combine < 0 || unpermute < 0) std::fill(shared.begin(), shared.end(), false);
+  }
+  const bool branch = std::find(shared.begin(), shared.end(), true) != shared.end();
+  // Emits the shared expert's ops on a branch from step `from`; returns the branch's end.
+  auto shared_branch = [&](Builder& b, int from, bool backward) {
+    const int main_chain = b.chain, main_pending = b.pending;
+    b.chain = from;
+    b.pending = -1;
+    if (!backward) {
+      for (std::size_t i = 0; i < prog.ops.size(); ++i)
+        if (shared[i]) emit_forward_op(prog.ops[i], pre, b, false, ip, fwd_count);
+    } else {
+      for (std::size_t i = prog.ops.size(); i-- > 0;)
+        if (shared[i]) emit_backward_op(prog.ops[i], pre, b, ip, mb_count);
+    }
+    b.flush_overlap();
+    int end = b.chain;
+    if (b.pending >= 0) {
+      Step j;
+      j.label = builder_.label(pre + "shared_end");
+      end = b.add(j, b.chain, b.pending);
+    }
+    b.chain = main_chain;
+    b.pending = main_pending;
+    return end;
+  };
+
   // Forward.
   {
     Builder b{ip.fwd};
-    for (const Op& op : prog.ops) emit_forward_op(op, pre, b, false, ip, fwd_count);
+    int before_dispatch = -1, shared_end = -1;
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      if (shared[i]) continue;
+      if (branch && static_cast<int>(i) == dispatch) {
+        b.flush_overlap();
+        before_dispatch = b.chain;
+      }
+      emit_forward_op(prog.ops[i], pre, b, false, ip, fwd_count);
+      if (branch && static_cast<int>(i) == dispatch) shared_end = shared_branch(b, before_dispatch, false);
+      if (branch && static_cast<int>(i) == unpermute) b.join(shared_end);
+    }
     b.flush_overlap();
     if (b.pending >= 0) {
       Step end;
@@ -845,7 +896,17 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
       if (rerun) emit_forward_op(op, pre, b, true, ip, mb_count);
     }
     b.flush_overlap();
-    for (auto it = prog.ops.rbegin(); it != prog.ops.rend(); ++it) emit_backward_op(*it, pre, b, ip, mb_count);
+    int grad_out = -1, shared_end = -1;
+    for (std::size_t i = prog.ops.size(); i-- > 0;) {
+      if (shared[i]) continue;
+      if (branch && static_cast<int>(i) == unpermute) {
+        b.flush_overlap();
+        grad_out = b.chain;  // the layer's output gradient, which the shared expert also takes
+      }
+      emit_backward_op(prog.ops[i], pre, b, ip, mb_count);
+      if (branch && static_cast<int>(i) == combine) shared_end = shared_branch(b, grad_out, true);
+      if (branch && static_cast<int>(i) == dispatch) b.join(shared_end);
+    }
     b.flush_overlap();
     if (b.pending >= 0) {  // a last weight gradient: the item ends when it is done
       Step end;

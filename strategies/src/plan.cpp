@@ -89,6 +89,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
   p.fb_overlap = r.boolean({"moe_fb_overlap", "fb_overlap"}, false);
+  p.shared_expert_overlap = r.boolean({"moe_shared_expert_overlap", "moe_alltoall_overlap_comm"}, false);
   p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
@@ -264,7 +265,7 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
       else par[key] = as_json(value);
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
                key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
-               key == "moe_fb_overlap" ||
+               key == "moe_fb_overlap" || key == "moe_shared_expert_overlap" || key == "moe_alltoall_overlap_comm" ||
                key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
     } else if (key == "recompute_modules") {

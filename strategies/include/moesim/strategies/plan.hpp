@@ -71,6 +71,9 @@ struct Plan {
   /// MindSpeed --moe-fb-overlap: a forward and a backward of different micro-batches run as
   /// one interleaved pass, so each one's all-to-all hides behind the other's compute.
   bool fb_overlap = false;
+  /// Megatron --moe-shared-expert-overlap / MindSpeed --moe-alltoall-overlap-comm: the shared
+  /// expert computes while the routed tokens travel (forward and backward).
+  bool shared_expert_overlap = false;
   /// Share of every chunk's saved activations swapped to host memory between its forward and
   /// backward (MindSpeed --swap-attention / Pangu's fine-grained swap), over the device-host link.
   double swap_activations = 0;
