@@ -149,3 +149,27 @@ TEST_CASE("end to end: Pangu Ultra 135B's bubble falls from 30.45% to 6.8% with 
   CHECK(b6 == Approx(0.068).margin(0.015));
   CHECK(interleaved.mfu > plain.mfu);
 }
+
+TEST_CASE("end to end: full recomputation adds exactly the decoder layers' forward FLOPs to HFU, not to MFU",
+          "[e2e][recompute]") {
+  const double h = 1024, f = 2816, L = 8, seq = 2048, gbs = 32;
+  nlohmann::json j = {
+      {"model", {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", h}, {"intermediate_size", f},
+                 {"num_hidden_layers", L}, {"num_attention_heads", 16}, {"num_key_value_heads", 16},
+                 {"vocab_size", 32000}}},
+      {"cluster", {{"preset", "atlas-800t-a2"}, {"devices", 8}}},
+      {"training", {{"seq_length", seq}, {"global_batch_size", gbs}}},
+      {"parallelism", {{"tp", 1}, {"pp", 1}, {"mbs", 1}}}};
+  const Result none = simulate(load_scenario(j, "t.json", "")).result;
+  j["parallelism"]["recompute_granularity"] = "full";
+  j["parallelism"]["recompute_method"] = "uniform";
+  j["parallelism"]["recompute_num_layers"] = 1;
+  const Result full = simulate(load_scenario(j, "t.json", "")).result;
+  auto executed = [](const Result& r) { return r.hfu * r.step_time_s * 8 * r.peak_tflops_per_device * 1e12; };
+  auto model = [](const Result& r) { return r.mfu * r.step_time_s * 8 * r.peak_tflops_per_device * 1e12; };
+  // Per token and layer: QKV and output projections 2 x 4h^2, SwiGLU 2 x 3hf, causal
+  // attention QK^T and AV 2 x 2 x s h / 2.
+  const double per_token_layer = 2 * 4 * h * h + 2 * 3 * h * f + 2 * seq * h;
+  CHECK(executed(full) - executed(none) == Approx(L * per_token_layer * gbs * seq).epsilon(0.01));
+  CHECK(model(full) == Approx(model(none)).epsilon(1e-9));
+}
