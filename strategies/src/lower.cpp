@@ -1596,6 +1596,12 @@ Lowered Lowering::run() {
     const double dense_shard = p_.distributed_optimizer ? static_cast<double>(p_.dp * p_.cp) : 1.0;
     const double expert_shard = p_.distributed_optimizer ? static_cast<double>(lay_.edp) : 1.0;
     mem.optimizer = 12.0 * (si.params_dense / dense_shard + si.params_expert / expert_shard);  // FP32 master, m, v
+    if (p_.swap_optimizer) {
+      // Optimizer states live in host memory; one gradient bucket's states are on the device
+      // at a time while the step streams through them.
+      mem.swapped += mem.optimizer - std::min(mem.optimizer, 12.0 * 40e6);
+      mem.optimizer = std::min(mem.optimizer, 12.0 * 40e6);
+    }
     // In-flight activations follow the stage's schedule.
     double cur = 0, peak = 0;
     int alive = 0, peak_alive = 0;
@@ -1619,8 +1625,9 @@ Lowered Lowering::run() {
     const double f = p_.swap_activations;
     double largest = 0;
     for (double a : chunk_act[stage]) largest = std::max(largest, a);
-    mem.swapped = f > 0 ? std::max(0.0, f * (peak - largest)) : 0.0;
-    mem.activations = peak - mem.swapped;
+    const double act_swapped = f > 0 ? std::max(0.0, f * (peak - largest)) : 0.0;
+    mem.swapped += act_swapped;
+    mem.activations = peak - act_swapped;
     mem.peak_inflight = peak_alive;
     mem.reserved = s_.cluster.device.memory_reserved.value();
   }
@@ -2041,6 +2048,19 @@ void Lowering::emit(Fidelity fid) {
             if (t != sim::kNoTask) builder_.depend(t, opt[l]);
           }
       for (sim::TaskId t : dp_tasks[rank_index(stage, l)]) builder_.depend(t, opt[l]);
+      // Optimizer states in host memory (MindSpeed --swap-optimizer): they are fetched before
+      // the step, once the stage's last forward has run (the fetch overlaps the cooldown
+      // backwards); writing them back overlaps the next step's forwards and is not charged.
+      if (p_.swap_optimizer && host_bw > 0) {
+        const Seconds fetch{12.0 * shard / host_bw};
+        const sim::TaskId in = builder_.add_task(to_ticks(fetch), kSwap, builder_.label("swap_in.optimizer_states"), -1,
+                                                 {r.streams[static_cast<int>(Stream::HostIn)]});
+        for (int c = 0; c < vpp; ++c) {
+          const sim::TaskId f = last[slot(stage, l, m - 1, c, Phase::Forward)];
+          if (f != sim::kNoTask) builder_.depend(f, in);
+        }
+        builder_.depend(in, opt[l]);
+      }
     }
     // Load-aware expert placement: the moved experts' weights and optimizer shards are fetched
     // after the optimizer step (every interval_steps, amortised per step).

@@ -91,6 +91,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.fb_overlap = r.boolean({"moe_fb_overlap", "fb_overlap"}, false);
   p.shared_expert_overlap = r.boolean({"moe_shared_expert_overlap", "moe_alltoall_overlap_comm"}, false);
   p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
+  p.swap_optimizer = r.boolean({"swap_optimizer"}, false);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
@@ -266,6 +267,7 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
                key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
                key == "moe_fb_overlap" || key == "moe_shared_expert_overlap" || key == "moe_alltoall_overlap_comm" ||
+               key == "swap_optimizer" ||
                key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
     } else if (key == "recompute_modules") {
@@ -542,8 +544,9 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   root.has({"search"});  // read by parse_search_space when searching
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
-  if (s.plan.swap_activations > 0 && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
-    diag.error("/parallelism/swap_activations", std::to_string(s.plan.swap_activations),
+  if ((s.plan.swap_activations > 0 || s.plan.swap_optimizer) && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
+    diag.error(s.plan.swap_activations > 0 ? "/parallelism/swap_activations" : "/parallelism/swap_optimizer",
+               s.plan.swap_activations > 0 ? std::to_string(s.plan.swap_activations) : "true",
                "needs the device-host bandwidth (\"host_bandwidth\"), which device " + s.cluster.device.name +
                    " does not give");
   if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())

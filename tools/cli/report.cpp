@@ -84,7 +84,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   row("data-parallel comm (exposed)", b.dp_comm);
   row("pipeline bubble", b.bubble);
   if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait);
-  if (s.plan.swap_activations > 0) row("activation swap (exposed)", b.swap);
+  if (s.plan.swap_activations > 0 || s.plan.swap_optimizer) row("swap to host (exposed)", b.swap);
   if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound);
   row("optimizer and other", b.other);
 

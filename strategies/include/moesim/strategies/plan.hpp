@@ -77,6 +77,9 @@ struct Plan {
   /// Share of every chunk's saved activations swapped to host memory between its forward and
   /// backward (MindSpeed --swap-attention / Pangu's fine-grained swap), over the device-host link.
   double swap_activations = 0;
+  /// MindSpeed --swap-optimizer: FP32 master weights and Adam moments kept in host memory,
+  /// fetched over the device-host link for the optimizer step.
+  bool swap_optimizer = false;
   // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.
   std::string partition = "auto";       ///< "auto" (balance time), "even", or "explicit"
   std::vector<int> layers_per_stage;    ///< explicit: per virtual stage, pp*vpp entries
