@@ -2205,9 +2205,14 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
     } else {
       alive = std::min(pp - st, m);
     }
-    const double act = alive * (act_sum[st] / vpp);
-    const double mem = (pd[st] + pe[st]) * (wbytes + 4.0) + 12.0 * (pd[st] / dense_shard + pe[st] / expert_shard) +
-                       act + trans[st] + s_.cluster.device.memory_reserved.value();
+    double act = alive * (act_sum[st] / vpp);
+    // Swapped activations (all chunks but the one prefetched) and optimizer states, as in the
+    // lowering's memory model.
+    if (p_.swap_activations > 0) act -= p_.swap_activations * std::max(0.0, act - act_chunk_max[st]);
+    double opt_states = 12.0 * (pd[st] / dense_shard + pe[st] / expert_shard);
+    if (p_.swap_optimizer) opt_states = std::min(opt_states, 12.0 * 40e6);
+    const double mem = (pd[st] + pe[st]) * (wbytes + 4.0) + opt_states + act + trans[st] +
+                       s_.cluster.device.memory_reserved.value();
     e.peak_memory_bytes = std::max(e.peak_memory_bytes, mem);
   }
   e.fits = e.peak_memory_bytes <= e.capacity_bytes;
