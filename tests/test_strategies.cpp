@@ -288,14 +288,20 @@ TEST_CASE("schedules: zero-bubble H1 runs every F, B and W once and fills the dr
   CHECK(bz == Approx(5.0 / 29.0).epsilon(0.001));
 }
 
-TEST_CASE("schedules: zb_h1 end to end is faster than 1F1B and refuses virtual stages", "[strategies][schedule]") {
-  const char* base = R"({
+namespace {
+// A 1.4B-parameter Llama on two Atlas 800T A2 servers, four pipeline stages of four layers.
+nlohmann::json llama_pp4() {
+  return nlohmann::json::parse(R"({
     "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
               "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 32000},
     "cluster": {"preset": "atlas-800t-a2", "devices": 16},
     "training": {"seq_length": 2048, "global_batch_size": 32},
-    "parallelism": {"tp": 1, "pp": 4, "mbs": 1}})";
-  nlohmann::json j = nlohmann::json::parse(base);
+    "parallelism": {"tp": 1, "pp": 4, "mbs": 1}})");
+}
+}  // namespace
+
+TEST_CASE("schedules: zb_h1 end to end is faster than 1F1B and refuses virtual stages", "[strategies][schedule]") {
+  nlohmann::json j = llama_pp4();
   const Result one = simulate(load_scenario(j, "t.json", "")).result;
   j["parallelism"]["pipeline_schedule"] = "zb_h1";
   const Result zb = simulate(load_scenario(j, "t.json", "")).result;
@@ -314,13 +320,7 @@ TEST_CASE("schedules: zb_h1 end to end is faster than 1F1B and refuses virtual s
 
 TEST_CASE("swap: activations in host memory lower peak memory by the swapped bytes and cost the unhidden copies",
           "[strategies][memory][swap]") {
-  const char* base = R"({
-    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
-              "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 32000},
-    "cluster": {"preset": "atlas-800t-a2", "devices": 16},
-    "training": {"seq_length": 2048, "global_batch_size": 32},
-    "parallelism": {"tp": 1, "pp": 4, "mbs": 1}})";
-  nlohmann::json j = nlohmann::json::parse(base);
+  nlohmann::json j = llama_pp4();
   const Simulation plain = simulate(load_scenario(j, "t.json", ""));
   j["parallelism"]["swap_activations"] = 0.5;
   const Scenario ss = load_scenario(j, "t.json", "");
