@@ -414,3 +414,31 @@ TEST_CASE("swap: optimizer states in host memory free their device bytes and cos
   CHECK(sw.step_time_s <= plain.step_time_s + fetch * 1.0001);
   CHECK(sw.breakdown.total() == Approx(sw.step_time_s).epsilon(1e-6));
 }
+
+TEST_CASE("interference: compute overlapped by communication is slowed by the documented factor",
+          "[strategies][overlap]") {
+  nlohmann::json j = llama_pp4();
+  j["parallelism"]["tp"] = 2;
+  j["parallelism"]["sequence_parallel"] = true;
+  j["parallelism"]["tp_comm_overlap"] = true;
+  j["parallelism"]["use_distributed_optimizer"] = true;
+  j["parallelism"]["overlap_grad_reduce"] = true;
+  j["cluster"]["devices"] = 32;
+  const Result base = simulate(load_scenario(j, "t.json", "")).result;
+  j["simulation"] = {{"comm_compute_slowdown", 0.2}};
+  const Result slow = simulate(load_scenario(j, "t.json", "")).result;
+  REQUIRE(base.comm_overlap_fraction > 0.05);
+  // Only the overlapped share of each kernel is stretched: compute grows, by less than 20%.
+  CHECK(slow.breakdown.compute > base.breakdown.compute);
+  CHECK(slow.breakdown.compute < 1.2 * base.breakdown.compute);
+  CHECK(slow.step_time_s > base.step_time_s);
+  CHECK(slow.breakdown.total() == Approx(slow.step_time_s).epsilon(1e-6));
+  // No communication, no interference: one device.
+  nlohmann::json one = llama_pp4();
+  one["cluster"]["devices"] = 1;
+  one["training"]["global_batch_size"] = 4;
+  one["parallelism"]["pp"] = 1;
+  const Result alone = simulate(load_scenario(one, "t.json", "")).result;
+  one["simulation"] = {{"comm_compute_slowdown", 0.5}};
+  CHECK(simulate(load_scenario(one, "t.json", "")).result.step_time_s == alone.step_time_s);
+}

@@ -530,6 +530,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     s.simulation.fidelity = *parse_fidelity(f);
     s.simulation.network =
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
+    s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
       s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(0.0);

@@ -54,6 +54,9 @@ class TaskGraph {
   [[nodiscard]] std::size_t num_edges() const { return succ_.size(); }
 
   [[nodiscard]] Tick duration(TaskId t) const { return duration_[t]; }
+  /// Changes one task's duration (the structure stays); for fixed-point passes that re-run the
+  /// engine with durations derived from a previous run.
+  void set_duration(TaskId t, Tick d) { duration_[t] = d; }
   [[nodiscard]] Category category(TaskId t) const { return category_[t]; }
   [[nodiscard]] LabelId label(TaskId t) const { return label_[t]; }
   [[nodiscard]] std::int32_t ordinal(TaskId t) const { return ordinal_[t]; }

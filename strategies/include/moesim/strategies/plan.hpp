@@ -141,6 +141,10 @@ struct SimulationOptions {
   /// kernels shorter than their launch leave the device waiting (host-bound).
   double launch_overhead = 0;   ///< seconds per kernel launch
   bool fused_vector_ops = false;  ///< vector operators fused into their neighbours: no launch of their own
+  /// Compute slowed by communication running at the same time on the device (shared cores,
+  /// memory bandwidth): a kernel overlapped by communication for a share o of its time takes
+  /// (1 + slowdown x o) as long. 0 (default): no interference.
+  double comm_compute_slowdown = 0;
 };
 
 struct Scenario {
