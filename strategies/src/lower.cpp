@@ -1006,7 +1006,7 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
     for (int v = 0; v < V; ++v) {
       double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0);
       for (int k = 0; k < n[v]; ++k) l += cost[layer++];
-      load[v % pp] += l;
+      load[stage_of_virtual(p_.schedule, pp, v)] += l;
       sq += l * l;
     }
     return std::pair{*std::max_element(load.begin(), load.end()), sq};
@@ -1016,7 +1016,7 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
     // Water-filling on stages, then spread each stage's layers over its chunks.
     std::vector<double> extra(pp, 0.0);
     extra[0] += first_extra;
-    extra[(V - 1) % pp] += last_extra;
+    extra[stage_of_virtual(p_.schedule, pp, V - 1)] += last_extra;
     std::vector<int> per_stage(pp, 0);
     for (int k = 0; k < L; ++k) {
       int best = 0;
@@ -1025,7 +1025,8 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
       ++per_stage[best];
     }
     for (int st = 0; st < pp; ++st)
-      for (int c = 0; c < p_.vpp; ++c) counts[c * pp + st] = per_stage[st] / p_.vpp + (c < per_stage[st] % p_.vpp ? 1 : 0);
+      for (int c = 0; c < p_.vpp; ++c)
+        counts[virtual_stage(p_.schedule, pp, st, c)] = per_stage[st] / p_.vpp + (c < per_stage[st] % p_.vpp ? 1 : 0);
   }
   // A virtual stage may end up with no decoder layer (it then only forwards activations, like
   // Megatron's "L" loss-only stage in a custom layout); the search prefers balanced counts.
@@ -1517,7 +1518,7 @@ Lowered Lowering::run() {
     si.chunk_items.resize(p_.vpp);
     double transient = 0;
     for (int c = 0; c < p_.vpp; ++c) {
-      const int v = c * p_.pp + stage;
+      const int v = virtual_stage(p_.schedule, p_.pp, stage, c);
       si.chunk_items[c] = vs_items[v];
       std::vector<ItemProgram> items;
       int layer_pos = 0;
@@ -1578,10 +1579,10 @@ Lowered Lowering::run() {
       }
       return longest;
     };
-    std::vector<PassCosts> costs(static_cast<std::size_t>(p_.pp));
-    for (int stage = 0; stage < p_.pp; ++stage) {
-      costs[stage] = PassCosts{span(fwd_[stage][0]), span(bwd_[stage][0]), span(wgt_[stage][0])};
-    }
+    StageCosts costs(static_cast<std::size_t>(p_.pp), std::vector<PassCosts>(static_cast<std::size_t>(p_.vpp)));
+    for (int stage = 0; stage < p_.pp; ++stage)
+      for (int c = 0; c < p_.vpp; ++c)
+        costs[stage][c] = PassCosts{span(fwd_[stage][c]), span(bwd_[stage][c]), span(wgt_[stage][c])};
     out_.schedule = make_schedule(p_.schedule, p_.pp, p_.vpp, m, costs);
   }
 
@@ -1637,7 +1638,7 @@ Lowered Lowering::run() {
     const double bytes = static_cast<double>(m_.hidden) * models::kActivationBytes * tok_.Tseq;
     p2p_seconds_.assign(V, 0.0);
     for (int v = 0; v + 1 < V; ++v) {
-      const int s0 = v % p_.pp, s1 = (v + 1) % p_.pp;
+      const int s0 = stage_of_virtual(p_.schedule, p_.pp, v), s1 = stage_of_virtual(p_.schedule, p_.pp, v + 1);
       if (s0 == s1) continue;
       const auto r = topo_.route(s0 * lay_.block, s1 * lay_.block);
       p2p_seconds_[v] = p2p_time(bytes, r).value();
@@ -1983,11 +1984,11 @@ void Lowering::emit(Fidelity fid) {
   for (int stage = 0; stage < pp; ++stage) {
     for (const PipeOp& op : out_.schedule[stage]) {
       if (op.phase == Phase::WeightGrad) continue;  // nothing to send
-      const int v = op.chunk * pp + stage;
+      const int v = virtual_stage(p_.schedule, pp, stage, op.chunk);
       const bool fwd = op.phase == Phase::Forward;
       const int v_next = fwd ? v + 1 : v - 1;
       if (v_next < 0 || v_next >= V) continue;
-      const int s_next = v_next % pp, c_next = v_next / pp;
+      const int s_next = stage_of_virtual(p_.schedule, pp, v_next), c_next = chunk_of_virtual(p_.schedule, pp, v_next);
       const double secs = fwd ? p2p_seconds_[v] : p2p_seconds_[v_next];
       for (int l = 0; l < per_stage; ++l) {
         const sim::TaskId src = last[slot(stage, l, op.microbatch, op.chunk, op.phase)];
@@ -2162,7 +2163,7 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   {
     int layer_item = 1;
     for (int v = 0; v < V; ++v) {
-      const int st = v % pp;
+      const int st = stage_of_virtual(p_.schedule, pp, v);
       std::vector<int> items;
       if (v == 0) items.push_back(0);
       for (int k = 0; k < counts[v]; ++k) items.push_back(layer_item++);

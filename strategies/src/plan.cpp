@@ -121,7 +121,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
                : a2a == "allgather"  ? AllToAllAlgo::AllGather
                                      : AllToAllAlgo::Flat;
-  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1"});
+  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v"});
   if (const auto* part = r.get({"pipeline_layer_partition"})) {
     if (part->is_string()) {
       const std::string s = part->get<std::string>();
@@ -152,6 +152,13 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
     if (*sched == "1f1b" && p.vpp > 1)
       diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
     if (*sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
+    if (*sched == "zb_v") {
+      p.schedule = ScheduleKind::ZeroBubbleV;
+      if (p.vpp != 2)
+        diag.error(r.child_pointer("pipeline_schedule"), "\"zb_v\"",
+                   "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
+                       std::to_string(p.vpp) + ")");
+    }
     if (*sched == "zb_h1") {
       p.schedule = ScheduleKind::ZeroBubbleH1;
       if (p.vpp > 1)
@@ -318,7 +325,8 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
       p.vpp = total / (p.pp * lps);
     }
   }
-  if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1) p.schedule = ScheduleKind::Interleaved;
+  if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1 && p.schedule != ScheduleKind::ZeroBubbleV)
+    p.schedule = ScheduleKind::Interleaved;
   const long long model_par = 1LL * p.tp * p.pp * p.cp;
   const bool dp_known = c.devices % model_par == 0;
   if (!dp_known) {

@@ -32,7 +32,10 @@ enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 /// backward is split into the data-gradient pass B and the weight-gradient pass W; stage s
 /// runs 1F1B on F and B and defers each W by p - s - 1 micro-batches, so the Ws fill the
 /// drain; same activation memory as 1F1B.
-enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1 };
+/// ZeroBubbleV: two chunks per stage placed as a V (stage s holds virtual stages s and
+/// 2p - 1 - s, so the last virtual stage, with the loss, is back on stage 0), B/W split, list
+/// scheduled like ZB-H1 with at most 2p chunk activations in flight (1F1B's memory).
+enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
 /// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
 /// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
 enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };

@@ -36,15 +36,30 @@ struct PipeOp {
 using StageOrder = std::vector<PipeOp>;
 
 /// Whether the schedule runs weight gradients as passes of their own.
-[[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleH1; }
+[[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) {
+  return k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleV;
+}
+/// Whether the schedule places a stage's two chunks as a V (virtual stages s and 2p - 1 - s).
+[[nodiscard]] inline bool v_shaped(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleV; }
+/// Pipeline stage and chunk of virtual stage v, and back (interleaved: v = chunk x p + stage).
+[[nodiscard]] inline int stage_of_virtual(ScheduleKind k, int pp, int v) {
+  return v_shaped(k) ? (v < pp ? v : 2 * pp - 1 - v) : v % pp;
+}
+[[nodiscard]] inline int chunk_of_virtual(ScheduleKind k, int pp, int v) { return v_shaped(k) ? (v < pp ? 0 : 1) : v / pp; }
+[[nodiscard]] inline int virtual_stage(ScheduleKind k, int pp, int stage, int chunk) {
+  return v_shaped(k) ? (chunk == 0 ? stage : 2 * pp - 1 - stage) : chunk * pp + stage;
+}
 
 /// Durations of one stage's F, B and W passes (any unit), for schedules that adapt to them.
 struct PassCosts {
   long long f = 1000, b = 1000, w = 1000;
 };
 
+/// Pass durations per stage and chunk: costs[stage][chunk].
+using StageCosts = std::vector<std::vector<PassCosts>>;
+
 /// Per-stage orders for `pp` stages, `vpp` chunks per stage and `m` micro-batches. `costs`
-/// (per stage; empty: equal passes) steer the zero-bubble list schedule.
-std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m, const std::vector<PassCosts>& costs = {});
+/// (empty: equal passes) steer the zero-bubble list schedules.
+std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m, const StageCosts& costs = {});
 
 }  // namespace moesim::strategies
