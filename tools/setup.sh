@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libboost-graph-dev nlohmann-json3-dev libfmt-dev catch2 libcli11-dev
-  pybind11-dev python3-dev python3-numpy python3-pytest python3-nbclient python3-ipykernel
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-nbclient python3-ipykernel python3-matplotlib
   chromium
 )
 

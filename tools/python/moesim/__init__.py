@@ -1,0 +1,164 @@
+"""moesim — performance simulator for training large (mixture-of-experts) models on clusters.
+
+A thin Python façade over the same C++ library as the ``moesim`` command line: scenarios are
+plain dicts (the scenario JSON), results are the dicts ``moesim simulate --format json`` and
+``moesim search --format json`` print, traces are NumPy arrays.
+
+    import moesim
+    r = moesim.simulate("scenarios/pangu-ultra-moe-718b.json", {"parallelism.micro_batch_size": 1})
+    print(r["step_time_s"], r["mfu"], r["breakdown_s"]["bubble"])
+
+Bad input of any kind raises :class:`ConfigError` with the CLI's message (one line per problem,
+``file:/json/path: value constraint``). An infeasible plan (e.g. out of memory) is a result,
+not an exception: ``r["feasible"]`` is False and ``r["infeasible_reason"]`` says why — the CLI
+prints the same object with ``--format json`` — unless ``raise_infeasible=True`` asks for
+:class:`Infeasible`. The GIL is released while the C++ code loads, simulates and searches, so
+threads can run simulations in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _moesim
+from ._moesim import ConfigError, Error, Infeasible
+
+__version__ = _moesim.__version__
+
+__all__ = [
+    "ConfigError",
+    "Error",
+    "Infeasible",
+    "check",
+    "load_scenario",
+    "presets",
+    "save_scenario",
+    "search",
+    "simulate",
+    "__version__",
+]
+
+
+def _argument_error(name, value, constraint):
+    """A ConfigError about an argument of the call, in the loader's format."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    diagnostic = {"file": "<python>", "pointer": "/" + name, "value": text, "constraint": constraint}
+    diagnostic["message"] = "<python>:/{}: {} {}".format(name, text, constraint)
+    err = ConfigError(diagnostic["message"])
+    err.diagnostics = [diagnostic]
+    return err
+
+
+def _path(name, value):
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(value))
+    raise _argument_error(name, value, "must be a path (str or os.PathLike)")
+
+
+def _scenario(value):
+    """A dict stays a dict; a path becomes a str; anything else is reported by the C++ side."""
+    if isinstance(value, (bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(value))
+    return value
+
+
+def _bool(name, value):
+    if isinstance(value, bool):
+        return value
+    raise _argument_error(name, value, "must be True or False")
+
+
+def _int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import operator
+
+            value = operator.index(value)  # NumPy integers
+        except TypeError:
+            raise _argument_error(name, value, "must be an integer") from None
+    if value < minimum:
+        raise _argument_error(name, value, "must be at least {}".format(minimum))
+    return value
+
+
+def load_scenario(path):
+    """Read a scenario JSON file into a dict (the JSON as it is; nothing is resolved).
+
+    Raises ConfigError when the file cannot be opened or is not valid JSON (line and column).
+    """
+    return _moesim.load_scenario(_path("path", path))
+
+
+def save_scenario(scenario, path):
+    """Write a scenario dict to ``path`` as indented JSON (keys sorted, as the library writes JSON).
+
+    Raises ConfigError when a value is not JSON (naming its path) or the file cannot be written.
+    """
+    _moesim.save_scenario(scenario, _path("path", path))
+
+
+def check(scenario, overrides=None):
+    """Load and validate a scenario (a dict or a path), with ``moesim check``'s rules.
+
+    ``overrides`` works as in :func:`simulate`. Raises ConfigError listing every problem.
+    Returns what was resolved: ``file``, ``model``, ``cluster``, ``device``, ``devices``,
+    ``num_microbatches``, ``parallelism`` (the plan with the derived ``data_parallel_size``) and
+    ``scenario`` (the effective document after the overrides).
+    """
+    return _moesim.check(_scenario(scenario), overrides)
+
+
+def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infeasible=False, wall_time=True):
+    """Simulate one training step; return the result dict of ``moesim simulate --format json``.
+
+    scenario: a dict (the scenario JSON) or a path to a scenario file.
+    overrides: ``{"parallelism.tp": 4, "training.global_batch_size": 3072}`` — dotted JSON
+        paths, each applied like the CLI's ``--set KEY=VALUE`` (values are any JSON-like Python
+        value), or a list of ``"KEY=VALUE"`` strings exactly as given to ``--set``.
+    fidelity: None (the scenario's), ``"fast"``, ``"balanced"`` or ``"full"`` (``--fidelity``).
+    trace: also return ``result["trace"]``: ``tasks`` — equal-length NumPy arrays, one row per
+        (task, stream) busy interval as in the ``--trace`` timeline: ``rank`` (global rank),
+        ``sim_rank`` (index of the simulated rank), ``stage``, ``stream``, ``category``,
+        ``label``, ``microbatch`` (int32) and ``start``, ``end`` (float64 seconds) —
+        ``pandas.DataFrame(result["trace"]["tasks"])`` makes a table of it; ``streams``,
+        ``categories`` and ``labels`` are the names the integer columns index; ``ranks`` lists
+        the simulated ranks ({rank, stage, weight}).
+    raise_infeasible: raise Infeasible instead of returning ``feasible: False``.
+    wall_time: keep ``simulator.wall_s`` (False: like ``--no-wall-time``, byte-identical
+        results for the same scenario and seed).
+
+    Raises ConfigError for bad input (message as the CLI's, exit status 2).
+    """
+    return _moesim.simulate(
+        _scenario(scenario),
+        overrides,
+        fidelity,
+        _bool("trace", trace),
+        _bool("raise_infeasible", raise_infeasible),
+        _bool("wall_time", wall_time),
+    )
+
+
+def search(scenario, overrides=None, top=10, threads=0, progress=None):
+    """Search the scenario's space of parallel plans; return ``moesim search --format json``'s dict.
+
+    The space is the scenario's ``search`` section (absent axes take automatic values);
+    ``overrides`` work as in :func:`simulate` (``{"search.tp": [4, 8]}``). ``top`` plans are
+    shown in ``ranked`` (and at least as many event-simulated); ``threads`` 0 uses every core.
+    ``progress``, when given, is called as ``progress(phase, done, total)`` — ``phase`` is
+    ``"screening"`` or ``"simulating"``, ``done`` and ``total`` are ints — from the calling
+    thread with the GIL held; an exception it raises stops the calls and is re-raised when the
+    search returns. The result is identical for any number of threads.
+    """
+    top = _int("top", top, 1)
+    threads = _int("threads", threads, 0)
+    if progress is not None and not callable(progress):
+        raise _argument_error("progress", progress, "must be callable as progress(phase, done, total) or None")
+    return _moesim.search(_scenario(scenario), overrides, top, threads, progress)
+
+
+def presets():
+    """The built-in presets: ``{"models": [...], "devices": [...], "clusters": [...]}``."""
+    return _moesim.presets()
