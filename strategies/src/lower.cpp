@@ -513,6 +513,7 @@ class Lowering {
   }
   std::vector<std::vector<double>> chunk_act_;  ///< [stage][chunk] saved activations, one micro-batch
   std::vector<std::vector<Program>> fwd_, bwd_, wgt_;  // [stage][chunk]; wgt_: W passes (zero bubble)
+  std::vector<std::vector<Program>> bwd_full_;  // unsplit backward (B and W), for DualPipeV's F&B pairs
   /// Moves the weight-gradient steps of a backward program into a W program of their own,
   /// leaving zero-length markers (the data-gradient chain no longer waits for them).
   static void split_weight_gradients(Program& B, Program& W) {
@@ -1506,6 +1507,7 @@ Lowered Lowering::run() {
   fwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
   bwd_.assign(p_.pp, std::vector<Program>(p_.vpp));
   wgt_.assign(p_.pp, std::vector<Program>(p_.vpp));
+  bwd_full_.assign(p_.pp, std::vector<Program>(p_.vpp));
   chunk_item_params_.assign(p_.pp, std::vector<std::vector<std::pair<double, double>>>(p_.vpp));
   std::vector<std::vector<double>>& chunk_act = chunk_act_;
   chunk_act.assign(p_.pp, std::vector<double>(p_.vpp, 0.0));
@@ -1542,6 +1544,7 @@ Lowered Lowering::run() {
       std::reverse(Bw.item_end.begin(), Bw.item_end.end());  // indexed in forward item order
       finalize_program(F);
       finalize_program(Bw);
+      if (pairs_forward_backward(p_.schedule)) bwd_full_[stage][c] = Bw;
       if (splits_weight_gradients(p_.schedule)) split_weight_gradients(Bw, wgt_[stage][c]);
       for (const ItemProgram& ip : items) {
         chunk_item_params_[stage][c].push_back({ip.params_dense, ip.params_expert});
@@ -1666,7 +1669,7 @@ void Lowering::emit(Fidelity fid) {
   if (fid == Fidelity::Fast) {
     for (int stage = 0; stage < pp; ++stage)
       for (int c = 0; c < vpp; ++c)
-        for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c], &wgt_[stage][c]}) {
+        for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c], &wgt_[stage][c], &bwd_full_[stage][c]}) {
           if (prog->steps.empty()) continue;
           Program merged;
           std::array<Tick, kNumCats> by_cat{};
@@ -1807,7 +1810,7 @@ void Lowering::emit(Fidelity fid) {
   // the backward winning ties — so the forward fills the compute stream while the backward
   // waits for its all-to-all, and the other way round. Tasks of a stream run in issue order.
   auto instantiate_pair = [&](const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
-                              std::vector<sim::TaskId>& out_b, int stage) {
+                              std::vector<sim::TaskId>& out_b, int stage, bool balance) {
     out_a.assign(a.steps.size() * per_stage, sim::kNoTask);
     out_b.assign(b.steps.size() * per_stage, sim::kNoTask);
     std::array<Tick, kNumStreams> stream_free{};
@@ -1818,10 +1821,28 @@ void Lowering::emit(Fidelity fid) {
       if (st.dep1 >= 0) t = std::max(t, end[st.dep1]);
       return t;
     };
+    // Of two steps that can start at once a communication goes first (so that it runs under
+    // the other's compute); then, with `balance` (DualPipeV, whose pairs send both outputs on
+    // at once), the program with more compute left, so the two end together instead of one
+    // running on alone with its all-to-alls exposed; otherwise (moe_fb_overlap in 1F1B) the
+    // backward `a`, whose gradient the previous stage waits for. Measured: balancing makes
+    // DualPipeV's 718B step 11.00 -> 10.66 s but the small two-stage fb-overlap test 0.055 ->
+    // 0.068 s.
+    auto remaining = [](const Program& p) {
+      std::vector<Tick> r(p.steps.size() + 1, 0);
+      for (std::size_t k = p.steps.size(); k-- > 0;)
+        r[k] = r[k + 1] + (p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
+      return r;
+    };
+    const std::vector<Tick> rem_a = remaining(a), rem_b = remaining(b);
     std::size_t i = 0, j = 0;
     while (i < a.steps.size() || j < b.steps.size()) {
-      const bool take_a = j >= b.steps.size() ||
-                          (i < a.steps.size() && start_of(a.steps[i], end_a) <= start_of(b.steps[j], end_b));
+      bool take_a = j >= b.steps.size();
+      if (!take_a && i < a.steps.size()) {
+        const Tick sa = start_of(a.steps[i], end_a), sb = start_of(b.steps[j], end_b);
+        const bool ca = a.steps[i].stream != Stream::Compute, cb = b.steps[j].stream != Stream::Compute;
+        take_a = sa < sb || (sa == sb && (ca != cb ? ca : !balance || rem_a[i] >= rem_b[j]));
+      }
       const Program& prog = take_a ? a : b;
       std::vector<Tick>& end = take_a ? end_a : end_b;
       const std::size_t k = take_a ? i++ : j++;
@@ -1899,7 +1920,8 @@ void Lowering::emit(Fidelity fid) {
     };
     // Bookkeeping of one instantiated pass: its first and last tasks, its inputs inside the
     // stage, parameter gathers before the first forward, gradient reduction after the last.
-    auto finish_op = [&](const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks) {
+    // `fused`: the W of a backward instantiated whole (B and W in one program, DualPipeV's pairs).
+    auto finish_op = [&](const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks, bool fused = false) {
       int entry = 0;
       while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
       for (int l = 0; l < per_stage; ++l) {
@@ -1908,7 +1930,7 @@ void Lowering::emit(Fidelity fid) {
         last[sl] = tasks[static_cast<std::size_t>(std::max(0, prog.chain_end)) * per_stage + l];
         if (op.phase == Phase::Backward)  // the chunk's own forward came first (loss on the last stage)
           builder_.depend(last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
-        if (op.phase == Phase::WeightGrad) {  // needs the output gradients B received
+        if (op.phase == Phase::WeightGrad && !fused) {  // needs the output gradients B received
           const sim::TaskId b = last[slot(stage, l, op.microbatch, op.chunk, Phase::Backward)];
           builder_.depend(b != sim::kNoTask ? b : last[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first[sl]);
         }
@@ -1963,11 +1985,27 @@ void Lowering::emit(Fidelity fid) {
       // (1F1B's steady state) are issued together. The backward's gradient is what the stage
       // waits for; the next forward's input has usually arrived already, so pairing in this
       // order does not hold the forward back.
-      if (p_.fb_overlap && op.phase == Phase::Backward && oi + 1 < order.size() &&
+      // DualPipeV: a pair issued as B, F, W of the B's micro-batch and chunk overlaps the
+      // forward with the whole backward (B and W), as DeepSeek's overlapped chunk does.
+      if (pairs_forward_backward(p_.schedule) && op.phase == Phase::Backward && oi + 2 < order.size() &&
+          order[oi + 1].phase == Phase::Forward && order[oi + 1].microbatch != op.microbatch &&
+          order[oi + 2].phase == Phase::WeightGrad && order[oi + 2].microbatch == op.microbatch &&
+          order[oi + 2].chunk == op.chunk && !program_of(order[oi + 1]).steps.empty()) {
+        const PipeOp& next = order[oi + 1];
+        const Program& whole = bwd_full_[stage][op.chunk];
+        instantiate_pair(whole, op.microbatch, tasks, program_of(next), next.microbatch, tasks2, stage, true);
+        finish_op(op, whole, tasks);
+        finish_op(next, program_of(next), tasks2);
+        finish_op(order[oi + 2], whole, tasks, true);
+        oi += 2;
+        continue;
+      }
+      if ((p_.fb_overlap || pairs_forward_backward(p_.schedule)) && op.phase == Phase::Backward && oi + 1 < order.size() &&
           order[oi + 1].phase == Phase::Forward && order[oi + 1].microbatch != op.microbatch &&
           !program_of(order[oi + 1]).steps.empty()) {
         const PipeOp& next = order[oi + 1];
-        instantiate_pair(prog, op.microbatch, tasks, program_of(next), next.microbatch, tasks2, stage);
+        instantiate_pair(prog, op.microbatch, tasks, program_of(next), next.microbatch, tasks2, stage,
+                         pairs_forward_backward(p_.schedule));
         finish_op(op, prog, tasks);
         finish_op(next, program_of(next), tasks2);
         ++oi;

@@ -1,4 +1,5 @@
 #include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/schedule.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -121,7 +122,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
                : a2a == "allgather"  ? AllToAllAlgo::AllGather
                                      : AllToAllAlgo::Flat;
-  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v"});
+  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev"});
   if (const auto* part = r.get({"pipeline_layer_partition"})) {
     if (part->is_string()) {
       const std::string s = part->get<std::string>();
@@ -152,10 +153,10 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
     if (*sched == "1f1b" && p.vpp > 1)
       diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
     if (*sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
-    if (*sched == "zb_v") {
-      p.schedule = ScheduleKind::ZeroBubbleV;
+    if (*sched == "zb_v" || *sched == "dualpipev") {
+      p.schedule = *sched == "zb_v" ? ScheduleKind::ZeroBubbleV : ScheduleKind::DualPipeV;
       if (p.vpp != 2)
-        diag.error(r.child_pointer("pipeline_schedule"), "\"zb_v\"",
+        diag.error(r.child_pointer("pipeline_schedule"), "\"" + *sched + "\"",
                    "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
                        std::to_string(p.vpp) + ")");
     }
@@ -325,8 +326,7 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
       p.vpp = total / (p.pp * lps);
     }
   }
-  if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1 && p.schedule != ScheduleKind::ZeroBubbleV)
-    p.schedule = ScheduleKind::Interleaved;
+  if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1 && !v_shaped(p.schedule)) p.schedule = ScheduleKind::Interleaved;
   const long long model_par = 1LL * p.tp * p.pp * p.cp;
   const bool dp_known = c.devices % model_par == 0;
   if (!dp_known) {
@@ -391,7 +391,13 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
   }
   if (p.num_microbatches <= 0) p.num_microbatches = 1;
   if (p.vpp > 1 && p.pp == 1) fail([&] { return keyed("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1"); });
-  if (p.vpp > 1 && p.num_microbatches % p.pp != 0)
+  // DeepSeek's DualPipeV takes at least two micro-batches per device (dualpipev.py: num_chunks
+  // >= num_ranks * 2); the V schedules are list schedules otherwise free of divisibility rules.
+  if (p.schedule == ScheduleKind::DualPipeV && p.num_microbatches < 2 * p.pp)
+    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+               "gives " + std::to_string(p.num_microbatches) + " micro-batches per pipeline; dualpipev needs at least 2 x pp = " +
+                   std::to_string(2 * p.pp)}; });
+  if (p.vpp > 1 && p.schedule == ScheduleKind::Interleaved && p.num_microbatches % p.pp != 0)
     fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) +
                    " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp)}; });

@@ -124,13 +124,13 @@ std::vector<StageOrder> zero_bubble_h1(int p, int m, const StageCosts& costs) {
   return out;
 }
 
-/// ZB-V as a list schedule over virtual stages placed as a V: a free stage runs a ready B
-/// (lowest micro-batch, then the chunk nearer the loss), else a W if more than 2p wait, else a
-/// ready F (the second chunk first, to reach the loss and start backwards), else a W. A
-/// first-chunk F starts only while fewer than 2p chunk activations are between F and B (1F1B's
-/// memory in half-size chunks); a second-chunk F always may, since it leads to the loss and its
-/// B, so a stage that filled its budget with first chunks cannot deadlock.
-std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs) {
+/// ZB-V as a list schedule over virtual stages placed as a V. Activations are held from a
+/// chunk's F to its W; max_open (2p: 1F1B's memory in half-size chunks) bounds them. A free stage runs a ready B (lowest micro-batch, then the chunk nearer the loss),
+/// else a W if the budget is full, else a ready F (the second chunk first, to reach the loss
+/// and start backwards), else a W. A first-chunk F starts only within the budget; a
+/// second-chunk F always may, since it leads to the loss and its B, so a stage that filled its
+/// budget with first chunks cannot deadlock.
+std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int max_open) {
   constexpr long long kUnset = -1;
   const int V = 2 * p;
   auto vs = [&](int s, int c) { return c == 0 ? s : V - 1 - s; };
@@ -156,16 +156,18 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs) {
         if (v < V - 1 && !done(b_end[v + 1][mb], now)) continue;
         if (bc < 0 || mb < next_b[s][bc]) bc = c;
       }
+      // Chunks whose activations are held: forward done, weight gradient not yet.
+      const int held = open[s] + b_count[s] - w_done[s];
       int fc = -1;
       for (int c : {1, 0}) {
         const int mb = next_f[s][c], v = vs(s, c);
-        if (mb >= m || (c == 0 && open[s] >= V)) continue;
+        if (mb >= m || (c == 0 && held >= max_open)) continue;
         if (v > 0 && !done(f_end[v - 1][mb], now)) continue;
         fc = c;
         break;
       }
       const bool w_ready = w_head[s] < w_queue[s].size();
-      const bool w_due = w_ready && b_count[s] - w_done[s] > V;
+      const bool w_due = w_ready && held >= max_open;
       long long d = 0;
       if (bc >= 0) {
         const int mb = next_b[s][bc]++;
@@ -208,12 +210,92 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs) {
   return out;
 }
 
+/// DualPipeV (DeepSeek's DualPipe repository, dualpipev.py, after Sea AI Lab's "cut-in-half"):
+/// eight phases per rank r of R, with m >= 2R micro-batches; chunk 0 is virtual stage r and
+/// chunk 1 is 2R - 1 - r. "B" is a backward whose weight gradients are deferred to a later W
+/// (zero-bubble), "BW" a full backward (B and its W at once), "F&B" an overlapped pair, issued
+/// here as B then F (then W for a full backward) so that lowering interleaves them:
+///   1. 2(R-r-1) x F0            2. (r+1) x F0 F1          3. (R-r-1) x B1 W F1
+///   4. (m-2R+r+1) x F0&BW1, F1&BW0 (the last rank's first F0, BW1 not overlapped)
+///   5. (R-r-1) x BW1, F1&BW0    6. (r+1) x B1, B0 (weight gradients deferred from the middle:
+///      B1 on odd ranks, B0 on even ranks)
+///   7. (R-r-1) x W B0           8. (r+1) x W
+/// Deferred Ws run first in, first out.
+std::vector<StageOrder> dualpipe_v(int R, int m) {
+  std::vector<StageOrder> out(static_cast<std::size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    StageOrder& o = out[static_cast<std::size_t>(r)];
+    std::array<int, 2> nf{0, 0}, nb{0, 0};
+    std::vector<std::pair<int, int>> deferred;  // (chunk, micro-batch), FIFO
+    std::size_t head = 0;
+    auto F = [&](int c) { o.push_back({Phase::Forward, nf[c]++, c}); };
+    auto B = [&](int c, bool defer_w) {
+      const int mb = nb[c]++;
+      o.push_back({Phase::Backward, mb, c});
+      if (defer_w) deferred.push_back({c, mb});
+      return mb;
+    };
+    auto W_of = [&](int c, int mb) { o.push_back({Phase::WeightGrad, mb, c}); };
+    auto W = [&] {
+      if (head < deferred.size()) {
+        W_of(deferred[head].first, deferred[head].second);
+        ++head;
+      }
+    };
+    auto BW = [&](int c) { W_of(c, B(c, false)); };
+    auto overlap = [&](int fc, int bc) {  // F(fc) & full B(bc)
+      const int mb = B(bc, false);
+      F(fc);
+      W_of(bc, mb);
+    };
+    for (int i = 0; i < 2 * (R - r - 1); ++i) F(0);
+    for (int i = 0; i < r + 1; ++i) {
+      F(0);
+      F(1);
+    }
+    for (int i = 0; i < R - r - 1; ++i) {
+      B(1, true);
+      W();
+      F(1);
+    }
+    for (int i = 0; i < m - 2 * R + r + 1; ++i) {
+      if (i == 0 && r == R - 1) {
+        F(0);
+        BW(1);
+      } else {
+        overlap(0, 1);
+      }
+      overlap(1, 0);
+    }
+    for (int i = 0; i < R - r - 1; ++i) {
+      BW(1);
+      overlap(1, 0);
+    }
+    bool zb = false;
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
+      if (zb) B(1, true);
+      else BW(1);
+      if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
+      if (zb) B(0, true);
+      else BW(0);
+    }
+    for (int i = 0; i < R - r - 1; ++i) {
+      W();
+      B(0, true);
+    }
+    while (head < deferred.size()) W();
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m, const StageCosts& costs) {
   std::vector<StageOrder> out(static_cast<std::size_t>(pp));
   if (kind == ScheduleKind::ZeroBubbleH1) return zero_bubble_h1(pp, m, costs);
-  if (kind == ScheduleKind::ZeroBubbleV) return zero_bubble_v(pp, m, costs);
+  if (kind == ScheduleKind::ZeroBubbleV) return zero_bubble_v(pp, m, costs, 2 * pp);
+  if (kind == ScheduleKind::DualPipeV) return dualpipe_v(pp, m);
   for (int s = 0; s < pp; ++s)
     out[s] = (kind == ScheduleKind::Interleaved && vpp > 1) ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
   return out;

@@ -1,4 +1,5 @@
 #include "moesim/strategies/search.hpp"
+#include "moesim/strategies/schedule.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -303,6 +304,8 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
   j["tensor_model_parallel_size"] = p.tp;
   j["pipeline_model_parallel_size"] = p.pp;
   if (p.vpp > 1) j["virtual_pipeline_model_parallel_size"] = p.vpp;
+  if (p.schedule != ScheduleKind::OneFOneB && p.schedule != ScheduleKind::Interleaved)
+    j["pipeline_schedule"] = schedule_name(p.schedule);
   if (m.is_moe()) {
     j["expert_model_parallel_size"] = p.ep;
     if (p.moe_tp_extend_ep) j["moe_tp_extend_ep"] = true;

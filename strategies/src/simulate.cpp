@@ -1,4 +1,5 @@
 #include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/schedule.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -414,6 +415,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   j["plan"] = {{"tp", s.plan.tp},
                {"pp", s.plan.pp},
                {"vpp", s.plan.vpp},
+               {"pipeline_schedule", schedule_name(s.plan.schedule)},
                {"cp", s.plan.cp},
                {"dp", r.dp},
                {"ep", r.ep},

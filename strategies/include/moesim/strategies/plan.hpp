@@ -35,7 +35,12 @@ enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 /// ZeroBubbleV: two chunks per stage placed as a V (stage s holds virtual stages s and
 /// 2p - 1 - s, so the last virtual stage, with the loss, is back on stage 0), B/W split, list
 /// scheduled like ZB-H1 with at most 2p chunk activations in flight (1F1B's memory).
-enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
+/// DualPipeV (DeepSeek's DualPipe repository, after Sea AI Lab's "cut-in-half" DualPipe): the V
+/// placement, DeepSeek's eight-phase order, whose steady state issues a forward of one chunk
+/// and the full backward of the other as one overlapped F&B pair (one's expert all-to-all
+/// under the other's compute), and zero-bubble weight-gradient deferral in warm-up and
+/// cool-down; needs at least 2p micro-batches.
+enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV };
 /// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
 /// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
 enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };

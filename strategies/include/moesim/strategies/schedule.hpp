@@ -37,10 +37,24 @@ using StageOrder = std::vector<PipeOp>;
 
 /// Whether the schedule runs weight gradients as passes of their own.
 [[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) {
-  return k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleV;
+  return k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV;
 }
 /// Whether the schedule places a stage's two chunks as a V (virtual stages s and 2p - 1 - s).
-[[nodiscard]] inline bool v_shaped(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleV; }
+[[nodiscard]] inline bool v_shaped(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV; }
+/// The scenario name of a schedule (`pipeline_schedule`).
+[[nodiscard]] inline const char* schedule_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved_1f1b";
+    case ScheduleKind::ZeroBubbleH1: return "zb_h1";
+    case ScheduleKind::ZeroBubbleV: return "zb_v";
+    case ScheduleKind::DualPipeV: return "dualpipev";
+  }
+  return "1f1b";
+}
+/// Whether a backward followed by the forward of another micro-batch runs as one overlapped
+/// F&B pair by construction of the schedule (otherwise only with moe_fb_overlap).
+[[nodiscard]] inline bool pairs_forward_backward(ScheduleKind k) { return k == ScheduleKind::DualPipeV; }
 /// Pipeline stage and chunk of virtual stage v, and back (interleaved: v = chunk x p + stage).
 [[nodiscard]] inline int stage_of_virtual(ScheduleKind k, int pp, int v) {
   return v_shaped(k) ? (v < pp ? v : 2 * pp - 1 - v) : v % pp;
