@@ -361,21 +361,23 @@ def test_exception_in_the_progress_callback_is_raised_after_the_search(root):
 
 
 def test_simulate_releases_the_gil(root):
-    # While a simulation runs in another thread, this thread keeps running Python: the longest
-    # pause between two of its iterations is far shorter than the simulation (which it would
-    # span if the GIL were held).
+    # While simulations run in another thread, this thread keeps running Python. Were the GIL
+    # held, this thread would stall for (nearly) the whole C++ run; released, it stalls only
+    # while results are converted to Python objects and when the OS deschedules it (the test
+    # shares two cores with the rest of the suite), so long stalls add up to a small share.
     path = str(root / PANGU)
-    t0 = time.perf_counter()
-    moesim.simulate(path)
-    alone = time.perf_counter() - t0
     worker = threading.Thread(target=lambda: [moesim.simulate(path) for _ in range(2)])
-    last = time.perf_counter()
-    gaps = []
+    t0 = last = time.perf_counter()
+    stalled = 0.0
+    iterations = 0
     worker.start()
     while worker.is_alive():
         now = time.perf_counter()
-        gaps.append(now - last)
+        if now - last > 0.02:
+            stalled += now - last
         last = now
+        iterations += 1
     worker.join()
-    assert len(gaps) > 1000
-    assert max(gaps) < 0.5 * alone, (max(gaps), alone)
+    total = time.perf_counter() - t0
+    assert iterations > 1000
+    assert stalled < 0.5 * total, (stalled, total)
