@@ -5,6 +5,8 @@
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
 //   moesim presets  [models|devices|clusters]
+//   moesim plan     SCENARIO --tokens 10T [--deadline 30d] [--devices 2048:16384] [--format table|json] [--threads N]
+//   moesim report   SCENARIO --out report.html [--set ...] [--devices LIST] [--tokens 10T] [--top K]
 //
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
 
@@ -13,6 +15,7 @@
 #include <unistd.h>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,9 @@
 #include <fmt/format.h>
 
 #include "moesim/models/presets.hpp"
+#include "capacity_table.hpp"
+#include "html_report.hpp"
+#include "moesim/strategies/capacity.hpp"
 #include "moesim/strategies/plan.hpp"
 #include "moesim/strategies/simulate.hpp"
 #include "report.hpp"
@@ -144,6 +150,139 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   return 0;
 }
 
+/// Options shared by `plan` and `report`: the token budget, deadline and candidate sizes.
+struct CapacityArgs {
+  std::string tokens;
+  std::string deadline;
+  std::string devices;
+  std::string batch = "fixed";
+  int simulate_top = 0;
+  int threads = 0;
+};
+
+/// Parses the capacity options; prints the problem and returns false on bad input (exit 2).
+bool parse_capacity_args(const char* cmd, const CapacityArgs& a, strategies::CapacityOptions& opt) {
+  const auto tokens = strategies::parse_token_count(a.tokens);
+  if (!tokens) {
+    std::cerr << "moesim " << cmd << ": --tokens \"" << a.tokens
+              << "\" is not a token count: give a positive number with an optional unit T (1e12), B (1e9), M (1e6) "
+                 "or k (1e3), e.g. 10T, 500B or 1.5e12\n";
+    return false;
+  }
+  opt.train_tokens = *tokens;
+  if (!a.deadline.empty()) {
+    const auto d = strategies::parse_duration_s(a.deadline);
+    if (!d) {
+      std::cerr << "moesim " << cmd << ": --deadline \"" << a.deadline
+                << "\" is not a duration: give a positive number with a unit d (days), h (hours), w (weeks), m (minutes) "
+                   "or s, e.g. 30d or 720h\n";
+      return false;
+    }
+    opt.deadline_s = *d;
+  }
+  if (!a.devices.empty()) {
+    try {
+      opt.devices = strategies::parse_device_counts(a.devices);
+    } catch (const ConfigError& e) {
+      for (const auto& d : e.diagnostics())
+        std::cerr << "moesim " << cmd << ": --devices " << d.value << ": " << d.constraint << "\n";
+      return false;
+    }
+  }
+  opt.batch = a.batch == "proportional" ? strategies::BatchScaling::Proportional : strategies::BatchScaling::Fixed;
+  opt.simulate_top = a.simulate_top;
+  opt.threads = a.threads;
+  if (isatty(fileno(stderr)) != 0) {
+    opt.progress = [](std::size_t i, std::size_t n, int devices) {
+      std::fprintf(stderr, "\rsearching size %zu of %zu: %d devices      ", i + 1, n, devices);
+      std::fflush(stderr);
+    };
+  }
+  return true;
+}
+
+void clear_progress() {
+  if (isatty(fileno(stderr)) != 0) std::fprintf(stderr, "\r%60s\r", "");
+}
+
+int cmd_plan(const std::string& path, const std::vector<std::string>& sets, const CapacityArgs& args,
+             const std::string& format) {
+  strategies::CapacityOptions opt;
+  if (!parse_capacity_args("plan", args, opt)) return 2;
+  const strategies::Scenario s = strategies::load_scenario_file(path, sets);
+  const strategies::CapacityReport rep = strategies::plan_capacity(s, opt);
+  clear_progress();
+  if (format == "json") {
+    nlohmann::json j = strategies::to_json(rep);
+    j["model"] = s.model_name;
+    j["device"] = s.cluster.device.name;
+    j["cluster"] = s.cluster.name;
+    j["seq_length"] = s.training.seq_length;
+    for (std::size_t i = 0; i < rep.points.size(); ++i)
+      if (rep.points[i].feasible) j["points"][i]["plan_text"] = tools::short_plan(rep.points[i].best.plan, s.model);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << tools::format_capacity_table(rep, s);
+  }
+  if (!rep.fastest) {
+    std::cerr << "moesim plan: infeasible: no candidate cluster size has a plan that fits\n";
+    return 3;
+  }
+  if (rep.deadline_unreachable()) {
+    std::cerr << fmt::format("moesim plan: infeasible: no candidate size meets the {} deadline; fastest: {}\n",
+                             tools::format_deadline(rep.deadline_s),
+                             tools::describe_capacity_point(rep.points[*rep.fastest], s));
+    return 3;
+  }
+  return 0;
+}
+
+int cmd_report(const std::string& path, const std::vector<std::string>& sets, const std::string& fidelity,
+               const std::string& out, const CapacityArgs& args, int top, bool no_search, bool no_scaling, bool wall_time) {
+  const auto t0 = std::chrono::steady_clock::now();
+  strategies::CapacityOptions opt;
+  if (!parse_capacity_args("report", args, opt)) return 2;
+  const strategies::Scenario s = load(path, sets, fidelity);
+  const bool tty = isatty(fileno(stderr)) != 0;
+  if (tty) std::fprintf(stderr, "simulating the scenario's plan...");
+  const strategies::Simulation sim = strategies::simulate(s);
+  std::optional<strategies::SearchReport> search;
+  if (!no_search) {
+    if (tty) std::fprintf(stderr, "\rsearching the plans of %d devices...   ", s.cluster.devices);
+    const strategies::SearchSpace space = strategies::parse_search_space(s);
+    strategies::SearchOptions so;
+    so.threads = args.threads;
+    so.top_k = args.simulate_top > 0 ? args.simulate_top : std::max(space.top_k, top);
+    search = strategies::search(s, space, so);
+    opt.simulate_top = so.top_k;
+    opt.known_search = &*search;
+  }
+  std::optional<strategies::CapacityReport> capacity;
+  if (!no_scaling) capacity = strategies::plan_capacity(s, opt);
+  clear_progress();
+  tools::HtmlReportInput in;
+  in.scenario = &s;
+  in.sim = &sim;
+  in.search = search ? &*search : nullptr;
+  in.capacity = capacity ? &*capacity : nullptr;
+  in.top = top;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (wall_time) in.wall_time_note = fmt::format("Generated in {:.1f} s.", elapsed);
+  const std::string html = tools::render_html_report(in);
+  std::ofstream f(out, std::ios::binary);
+  if (!f || !(f << html) || !f.flush()) {
+    std::cerr << "moesim report: cannot write the report to " << out << "\n";
+    return 2;
+  }
+  std::cout << fmt::format("wrote {} ({:.0f} KB): {} on {} x {}", out, static_cast<double>(html.size()) / 1024, s.model_name,
+                           s.cluster.devices, s.cluster.device.name);
+  if (capacity && capacity->deadline_s > 0)
+    std::cout << (capacity->answer ? fmt::format("; deadline met from {} devices", capacity->points[*capacity->answer].devices)
+                                   : std::string("; no candidate size meets the deadline"));
+  std::cout << "\n";
+  return 0;
+}
+
 int cmd_presets(const std::string& which) {
   auto print = [](const char* title, const std::vector<std::string>& names) {
     std::cout << title << ":\n";
@@ -207,6 +346,46 @@ int main(int argc, char** argv) {
   auto* presets = app.add_subcommand("presets", "list the built-in models, devices and clusters");
   presets->add_option("WHICH", which, "models | devices | clusters")->check(CLI::IsMember({"models", "devices", "clusters"}));
 
+  CapacityArgs cap;
+  std::string report_out;
+  bool no_search = false, no_scaling = false, wall_time = false;
+  auto* plan = app.add_subcommand("plan", "capacity planning: the smallest cluster that trains a token budget by a deadline");
+  plan->add_option("SCENARIO", scenario, "scenario JSON file (model, cluster preset, training settings)")->required();
+  plan->add_option("--set", sets, "override a scenario key by its dotted path");
+  plan->add_option("--tokens", cap.tokens, "token budget: 10T, 500B, 1.5e12")->required();
+  plan->add_option("--deadline", cap.deadline, "answer the smallest size training the budget within: 30d, 720h, 4w");
+  plan->add_option("--devices", cap.devices,
+                   "candidate sizes: a list 2048,4096, a doubling range 2048:16384, or START:END:STEP "
+                   "(default: D/4 ... 8D around the scenario's D, doubling)");
+  plan->add_option("--batch", cap.batch, "global batch: fixed (the scenario's) or proportional to the devices")
+      ->check(CLI::IsMember({"fixed", "proportional"}));
+  plan->add_option("--simulate-top", cap.simulate_top, "plans event-simulated per size (default: the search's top_k)")
+      ->check(CLI::Range(1, 100000));
+  plan->add_option("--threads", cap.threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  plan->add_option("--format", format, "output format")->check(CLI::IsMember({"table", "json"}));
+
+  auto* rpt = app.add_subcommand("report", "write a self-contained HTML report of a scenario");
+  rpt->add_option("SCENARIO", scenario, "scenario JSON file, or - for standard input")->required();
+  rpt->add_option("--out", report_out, "the HTML file to write")->required();
+  rpt->add_option("--set", sets, "override a scenario key by its dotted path");
+  rpt->add_option("--top", top, "plans in the best-plans table and the breakdown chart (default 5)")->check(CLI::Range(1, 100));
+  rpt->add_option("--devices,--scaling-devices", cap.devices,
+                  "cluster sizes of the scaling chart and the capacity answer (list, START:END or START:END:STEP; "
+                  "default: D/4 ... 8D, doubling)");
+  rpt->add_option("--tokens", cap.tokens, "token budget of the capacity answer (default 10T)");
+  rpt->add_option("--deadline", cap.deadline, "deadline of the capacity answer: 30d, 720h");
+  rpt->add_option("--batch", cap.batch, "global batch in the sweep: fixed or proportional")
+      ->check(CLI::IsMember({"fixed", "proportional"}));
+  rpt->add_option("--simulate-top", cap.simulate_top,
+                  "plans event-simulated per search (default: the scenario's search top_k, 32)")
+      ->check(CLI::Range(1, 100000));
+  rpt->add_option("--threads", cap.threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  rpt->add_option("--fidelity", fidelity, "fast | balanced (default) | full")
+      ->check(CLI::IsMember({"fast", "balanced", "full"}));
+  rpt->add_flag("--no-search", no_search, "skip the strategy search (best plans; the sweep still searches each size)");
+  rpt->add_flag("--no-scaling", no_scaling, "skip the cluster-size sweep and the capacity answer");
+  rpt->add_flag("--wall-time", wall_time, "print the generation time in the footer (output no longer byte-identical)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -219,6 +398,12 @@ int main(int argc, char** argv) {
     if (*srch) return cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
     if (*val) return cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
     if (*presets) return cmd_presets(which);
+    if (*plan) return cmd_plan(scenario, sets, cap, format);
+    if (*rpt) {
+      if (cap.tokens.empty()) cap.tokens = "10T";
+      return cmd_report(scenario, sets, fidelity, report_out, cap, rpt->get_option("--top")->count() > 0 ? top : 5, no_search,
+                        no_scaling, wall_time);
+    }
   } catch (const ConfigError& e) {
     return print_config_error(e);
   } catch (const std::exception& e) {

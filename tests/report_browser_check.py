@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Browser check of `moesim report`: generate a report, open it in headless Chromium, and check
+that the page loads without console errors or network requests, that every chart's <svg> is in
+the rendered DOM with shapes in it and parses as XML, and that a screenshot is non-trivial.
+
+    report_browser_check.py --cli build/bin/moesim --scenario scenarios/pangu-ultra-moe-718b.json \
+        --workdir build/tests/report_browser [-- extra report options]
+
+Exit status: 0 pass, 1 fail, 77 skipped (no Chromium: CI installs the Debian `chromium`
+package through tools/setup.sh).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+SKIP = 77
+# Charts every report of a MoE scenario with a scaling sweep has (tools/cli/html_report.hpp).
+CHART_IDS = ["chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load", "chart-scaling"]
+SHAPES = re.compile(r"<(rect|circle|polyline|line|path)\b")
+# Chromium's --enable-logging=stderr prints every page console message, whatever its level
+# (console.error included), as
+#   [pid:tid:date:INFO:CONSOLE:line] "message", source: file:///... (line)
+# (older versions: CONSOLE(line)), and uncaught exceptions as "Uncaught ...". The report has no
+# script, so any console line is an error. Failed loads (a request from a page that should be
+# self-contained) show as net::ERR_ or "Failed to load resource".
+CONSOLE_ERROR = re.compile(r"(:CONSOLE[:(]|Uncaught|Failed to load resource|net::ERR_)")
+
+
+def find_chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def chromium(browser, profile, *args, timeout=90):
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars",
+           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    return 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("extra", nargs="*", help="options passed to moesim report")
+    a = ap.parse_args()
+
+    browser = find_chromium()
+    if browser is None:
+        print("SKIP: no chromium on PATH (tools/setup.sh installs it; CI has it)")
+        return SKIP
+
+    os.makedirs(a.workdir, exist_ok=True)
+    html = os.path.abspath(os.path.join(a.workdir, "report.html"))
+    png = os.path.abspath(os.path.join(a.workdir, "report.png"))
+    for f in (html, png):
+        if os.path.exists(f):
+            os.remove(f)
+
+    t0 = time.monotonic()
+    gen = subprocess.run([a.cli, "report", a.scenario, "--out", html, *a.extra], capture_output=True, text=True,
+                         timeout=600)
+    print(f"moesim report: exit {gen.returncode} in {time.monotonic() - t0:.1f} s: {gen.stdout.strip()}")
+    if gen.returncode != 0:
+        return fail(f"moesim report exited {gen.returncode}:\n{gen.stderr}")
+    source = open(html, encoding="utf-8").read()
+    size = len(source.encode("utf-8"))
+    print(f"report: {size / 1024:.0f} KB")
+    if size > 5 * 1024 * 1024:
+        return fail(f"report is {size / 1e6:.1f} MB; the timeline should be aggregated to stay below 5 MB")
+    for bad in ("<script", "<link rel=\"stylesheet\"", "@import", "url(http", "src=\"http", "href=\"http"):
+        if bad in source:
+            return fail(f"the report is not self-contained: it contains {bad!r}")
+
+    with tempfile.TemporaryDirectory(prefix="moesim-chromium-") as profile:
+        url = "file://" + html
+        dom = chromium(browser, profile, "--dump-dom", url)
+        if dom.returncode != 0:
+            return fail(f"chromium --dump-dom exited {dom.returncode}:\n{dom.stderr[-2000:]}")
+        errors = [l for l in dom.stderr.splitlines() if CONSOLE_ERROR.search(l)]
+        shot = chromium(browser, profile, f"--screenshot={png}", "--window-size=1280,4000", url)
+        errors += [l for l in shot.stderr.splitlines() if CONSOLE_ERROR.search(l)]
+    if errors:
+        return fail("console errors while loading the page:\n" + "\n".join(errors))
+
+    text = dom.stdout
+    if "<h1>" not in text or "</html>" not in text:
+        return fail("the dumped DOM is not the report:\n" + text[:500])
+    for chart in CHART_IDS:
+        m = re.search(r'<svg id="%s"[^>]*>(.*?)</svg>' % re.escape(chart), text, re.S)
+        if m is None:
+            return fail(f'no <svg id="{chart}"> in the rendered page')
+        shapes = len(SHAPES.findall(m.group(1)))
+        if shapes == 0:
+            return fail(f"chart {chart} has no shapes")
+        # Each chart as served must be well-formed XML on its own (escaping, closed tags).
+        m_src = re.search(r'<svg id="%s".*?</svg>' % re.escape(chart), source, re.S)
+        try:
+            ET.fromstring(m_src.group(0))
+        except ET.ParseError as e:
+            return fail(f"chart {chart} is not well-formed SVG: {e}")
+        print(f"chart {chart}: {shapes} shapes")
+
+    if not os.path.exists(png):
+        return fail("chromium wrote no screenshot:\n" + shot.stderr[-2000:])
+    png_size = os.path.getsize(png)
+    print(f"screenshot {png}: {png_size / 1024:.0f} KB")
+    if png_size < 50 * 1024:
+        return fail(f"the screenshot is only {png_size} bytes: the page looks empty")
+    with open(png, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return fail("the screenshot is not a PNG")
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

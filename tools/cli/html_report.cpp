@@ -1,0 +1,828 @@
+#include "html_report.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "report.hpp"
+
+namespace moesim::tools {
+namespace {
+
+using strategies::Breakdown;
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+std::string human(double x) {
+  if (x >= 1e12) return fmt::format("{:.2f}T", x / 1e12);
+  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
+std::string tokens_text(double x) {
+  if (x >= 1e12) return fmt::format("{:g}T", std::round(x / 1e10) / 100);
+  if (x >= 1e9) return fmt::format("{:g}B", std::round(x / 1e7) / 100);
+  return human(x);
+}
+
+/// Thousands separators: 1234567 -> "1,234,567".
+std::string grouped(double x) {
+  std::string digits = fmt::format("{:.0f}", std::abs(x));
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (x < 0 ? "-" : "") + out;
+}
+
+// ---- categories and colours ---------------------------------------------------------------
+
+/// Task categories of the lowering (strategies::Cat order) and their colours; the breakdown
+/// parts reuse them so a colour means the same thing in every chart.
+struct CatStyle {
+  const char* name;
+  const char* label;
+  const char* color;
+};
+constexpr std::array<CatStyle, strategies::kNumCats> kCatStyles{{
+    {"compute", "compute", "#4e79a7"},
+    {"recompute", "recompute", "#a0cbe8"},
+    {"tp_comm", "TP comm", "#f28e2b"},
+    {"cp_comm", "CP comm", "#ffbe7d"},
+    {"ep_comm", "expert all-to-all", "#e15759"},
+    {"pp_comm", "pipeline send/recv", "#59a14f"},
+    {"dp_comm", "DP comm", "#76b7b2"},
+    {"optimizer", "optimizer and other", "#b07aa1"},
+    {"swap", "swap to host", "#9c755f"},
+    {"launch", "host launch", "#bab0ac"},
+}};
+
+/// Breakdown parts in the order they are stacked. `cls` is a CSS class (k<category> for parts
+/// that are a task category, or one of the extra classes below).
+struct Part {
+  const char* label;
+  const char* cls;
+  double (*value)(const Breakdown&);
+};
+const std::array<Part, 12> kParts{{
+    {"compute", "k0", [](const Breakdown& b) { return std::max(0.0, b.compute - b.recompute); }},
+    {"recompute", "k1", [](const Breakdown& b) { return b.recompute; }},
+    {"TP comm (exposed)", "k2", [](const Breakdown& b) { return b.tp_comm; }},
+    {"CP comm (exposed)", "k3", [](const Breakdown& b) { return b.cp_comm; }},
+    {"expert all-to-all (exposed)", "k4", [](const Breakdown& b) { return b.ep_comm; }},
+    {"pipeline send/recv (exposed)", "k5", [](const Breakdown& b) { return b.pp_comm; }},
+    {"DP comm (exposed)", "k6", [](const Breakdown& b) { return b.dp_comm; }},
+    {"pipeline bubble", "kb", [](const Breakdown& b) { return b.bubble; }},
+    {"expert imbalance wait", "ki", [](const Breakdown& b) { return b.imbalance_wait; }},
+    {"swap (exposed)", "k8", [](const Breakdown& b) { return b.swap; }},
+    {"host-bound", "kh", [](const Breakdown& b) { return b.host_bound; }},
+    {"optimizer and other", "k7", [](const Breakdown& b) { return b.other; }},
+}};
+
+struct MemPart {
+  const char* label;
+  const char* color;
+  double (*value)(const strategies::MemoryBreakdown&);
+};
+const std::array<MemPart, 5> kMemParts{{
+    {"weights", "#4e79a7", [](const strategies::MemoryBreakdown& m) { return m.weights; }},
+    {"gradients", "#f28e2b", [](const strategies::MemoryBreakdown& m) { return m.gradients; }},
+    {"optimizer states", "#59a14f", [](const strategies::MemoryBreakdown& m) { return m.optimizer; }},
+    {"activations", "#e15759", [](const strategies::MemoryBreakdown& m) { return m.activations; }},
+    {"buffers and runtime reserve", "#bab0ac",
+     [](const strategies::MemoryBreakdown& m) { return m.transient + m.reserved; }},
+}};
+
+std::string css() {
+  std::string c = R"(
+:root { color-scheme: light; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+  color: #1d1d1f; background: #fff; max-width: 1100px; margin: 24px auto; padding: 0 16px; line-height: 1.45; }
+h1 { font-size: 1.6em; margin: 0 0 4px; }
+h2 { font-size: 1.25em; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 3px; }
+p.sub, .note, figcaption { color: #555; }
+.note { font-size: 0.92em; }
+.warn { color: #a01d1d; font-weight: 600; }
+.ok { color: #1d6b2a; font-weight: 600; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 6px 0 10px; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 3px 9px; text-align: left; vertical-align: top; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.hl td { background: #eef5ee; font-weight: 600; }
+tr.bad td { color: #888; }
+table.kv td:first-child { color: #555; padding-right: 18px; }
+code, pre { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 0.85em; }
+pre { background: #f6f6f6; border: 1px solid #e3e3e3; padding: 8px; white-space: pre-wrap; word-break: break-all; }
+figure { margin: 8px 0 16px; }
+figure svg { width: 100%; height: auto; display: block; }
+svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; font-size: 12px; fill: #222; }
+svg text.small { font-size: 10px; fill: #555; }
+svg text.title { font-size: 13px; font-weight: 600; }
+svg .axis { stroke: #888; stroke-width: 1; }
+svg .grid { stroke: #e6e6e6; stroke-width: 1; }
+svg .cap { stroke: #c0392b; stroke-width: 2; stroke-dasharray: 6 4; }
+svg .line0 { fill: none; stroke: #4e79a7; stroke-width: 2; }
+svg .line1 { fill: none; stroke: #e15759; stroke-width: 2; }
+svg .dot0 { fill: #4e79a7; }
+svg .dot1 { fill: #e15759; }
+svg .ring { fill: none; stroke: #1d6b2a; stroke-width: 2.5; }
+svg .bad { stroke: #999; stroke-width: 2; }
+svg .idle { fill: #f0f0f0; }
+svg .idle2 { fill: #fafafa; }
+svg .kb { fill: #d9d9d9; stroke: #bdbdbd; stroke-width: 0.5; }
+svg .ki { fill: #f1ce63; }
+svg .kh { fill: #79706e; }
+footer { margin-top: 32px; font-size: 0.85em; color: #666; border-top: 1px solid #ddd; padding-top: 6px; }
+@page { size: A4; margin: 12mm; }
+@media print {
+  body { max-width: none; margin: 0; padding: 0; font-size: 10pt; }
+  section, figure, table, tr { break-inside: avoid; page-break-inside: avoid; }
+  h2 { break-after: avoid; page-break-after: avoid; }
+  figure svg { max-width: 100%; }
+}
+)";
+  for (std::size_t i = 0; i < kCatStyles.size(); ++i)
+    c += fmt::format("svg .k{} {{ fill: {}; }}\n", i, kCatStyles[i].color);
+  for (std::size_t i = 0; i < kMemParts.size(); ++i) c += fmt::format("svg .m{} {{ fill: {}; }}\n", i, kMemParts[i].color);
+  return c;
+}
+
+// ---- SVG helpers ---------------------------------------------------------------------------
+
+std::string f1(double x) { return fmt::format("{:.1f}", x); }
+
+/// Round axis steps (1, 2, 5 x 10^k) giving about `target` ticks up to `max`.
+double nice_step(double max, int target) {
+  if (!(max > 0)) return 1;
+  const double raw = max / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  return (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+}
+
+int decimals_for(double step) { return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))); }
+
+std::string svg_open(const std::string& id, double w, double h, const std::string& label) {
+  return fmt::format(
+      "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {:.0f} {:.0f}\" width=\"{:.0f}\" "
+      "height=\"{:.0f}\" role=\"img\" aria-label=\"{}\">\n",
+      id, w, h, w, h, html_escape(label));
+}
+
+std::string text(double x, double y, const std::string& s, const char* anchor = "start", const char* cls = nullptr) {
+  return fmt::format("<text x=\"{}\" y=\"{}\"{}{}>{}</text>\n", f1(x), f1(y),
+                     std::string_view(anchor) == "start" ? "" : fmt::format(" text-anchor=\"{}\"", anchor),
+                     cls ? fmt::format(" class=\"{}\"", cls) : "", html_escape(s));
+}
+
+std::string line(double x1, double y1, double x2, double y2, const char* cls) {
+  return fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"{}\"/>\n", f1(x1), f1(y1), f1(x2), f1(y2), cls);
+}
+
+/// A legend laid out left to right, wrapping at `width`. Returns the SVG and the height used.
+std::pair<std::string, double> legend(const std::vector<std::pair<std::string, std::string>>& items, double x0,
+                                      double y0, double width, bool classes) {
+  std::string s;
+  double x = x0, y = y0;
+  for (const auto& [label, style] : items) {
+    const double w = 22 + 6.6 * static_cast<double>(label.size()) + 16;
+    if (x + w > x0 + width && x > x0) {
+      x = x0;
+      y += 18;
+    }
+    if (classes) s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"11\" class=\"{}\"/>\n", f1(x), f1(y), style);
+    else s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"11\" fill=\"{}\"/>\n", f1(x), f1(y), style);
+    s += text(x + 19, y + 10, label);
+    x += w;
+  }
+  return {s, y - y0 + 18};
+}
+
+std::string figure(const std::string& svg, const std::string& caption) {
+  return "<figure>\n" + svg + "<figcaption>" + caption + "</figcaption>\n</figure>\n";
+}
+
+// ---- charts --------------------------------------------------------------------------------
+
+struct Bar {
+  std::string label;
+  Breakdown b;
+  double total = 0;
+};
+
+std::string chart_breakdown(const std::vector<Bar>& bars) {
+  // Labels are plan names in a 12px sans font (about 6.6 px a character).
+  std::size_t longest = 0;
+  for (const auto& b : bars) longest = std::max(longest, b.label.size());
+  const double W = 1000, label_w = std::clamp(16 + 6.6 * static_cast<double>(longest), 200.0, 470.0), right = 70;
+  const double plot_w = W - label_w - right;
+  const double row_h = 22, gap = 9, top = 8;
+  double xmax = 0;
+  for (const auto& b : bars) xmax = std::max(xmax, b.total);
+  const double step = nice_step(xmax, 8);
+  const double axis_max = std::max(step, std::ceil(xmax / step - 1e-9) * step);
+  const double sx = plot_w / axis_max;
+  const double plot_h = static_cast<double>(bars.size()) * (row_h + gap);
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& p : kParts) {
+    bool used = false;
+    for (const auto& b : bars) used = used || p.value(b.b) > 0;
+    if (used) items.emplace_back(p.label, p.cls);
+  }
+  auto [leg, leg_h] = legend(items, label_w, top + plot_h + 40, plot_w + right, true);
+  const double H = top + plot_h + 40 + leg_h + 6;
+  std::string s = svg_open("chart-breakdown", W, H, "step-time breakdown, stacked per plan");
+  const int dec = decimals_for(step);
+  for (double t = 0; t <= axis_max + step * 1e-6; t += step) {
+    const double x = label_w + t * sx;
+    s += line(x, top, x, top + plot_h, "grid");
+    s += text(x, top + plot_h + 15, fmt::format("{:.{}f}", t, dec), "middle", "small");
+  }
+  s += text(label_w + plot_w / 2, top + plot_h + 31, "seconds per step (per device; the parts add up to the step time)",
+            "middle", "small");
+  for (std::size_t i = 0; i < bars.size(); ++i) {
+    const double y = top + static_cast<double>(i) * (row_h + gap);
+    s += text(label_w - 8, y + row_h / 2 + 4, bars[i].label, "end");
+    double x = label_w;
+    for (const auto& p : kParts) {
+      const double v = p.value(bars[i].b);
+      if (v <= 0) continue;
+      const double w = v * sx;
+      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"{}\"><title>{}: {:.3f} s ({:.1f}%)</title></rect>\n",
+                       f1(x), f1(y), fmt::format("{:.2f}", w), f1(row_h), p.cls, html_escape(p.label), v,
+                       bars[i].total > 0 ? 100 * v / bars[i].total : 0.0);
+      x += w;
+    }
+    s += text(x + 5, y + row_h / 2 + 4, fmt::format("{:.3f} s", bars[i].total), "start", "small");
+  }
+  s += line(label_w, top, label_w, top + plot_h, "axis");
+  s += leg;
+  s += "</svg>\n";
+  return s;
+}
+
+/// One step of the simulated ranks: per rank a compute lane and a communication lane. Tasks
+/// are binned into `bins` time columns; a column shows the category busy longest in it when
+/// the lane is busy at least half of the column, and equal neighbours merge into one rectangle.
+std::string chart_timeline(const strategies::Simulation& sim, int max_rows, int bins, std::string& note) {
+  using strategies::Stream;
+  const auto& g = sim.lowered.graph;
+  const auto& run = sim.run;
+  const auto& ranks = sim.lowered.ranks;
+  const Tick makespan = std::max<Tick>(1, run.makespan);
+  bins = std::max(50, bins);
+
+  // Rows: every simulated rank when few; else the first simulated rank of each stage, then an
+  // even sample of those.
+  std::vector<std::size_t> rows;
+  if (static_cast<int>(ranks.size()) <= max_rows) {
+    for (std::size_t i = 0; i < ranks.size(); ++i) rows.push_back(i);
+  } else {
+    std::vector<std::size_t> firsts;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      bool seen = false;
+      for (std::size_t f : firsts) seen = seen || ranks[f].stage == ranks[i].stage;
+      if (!seen) firsts.push_back(i);
+    }
+    std::sort(firsts.begin(), firsts.end(), [&](std::size_t a, std::size_t b) { return ranks[a].stage < ranks[b].stage; });
+    if (static_cast<int>(firsts.size()) <= max_rows) {
+      rows = firsts;
+    } else {
+      for (int k = 0; k < max_rows; ++k) rows.push_back(firsts[firsts.size() * static_cast<std::size_t>(k) / max_rows]);
+    }
+    note = fmt::format("Showing {} of the {} simulated ranks (one per pipeline stage{}).", rows.size(), ranks.size(),
+                       rows.size() < firsts.size() ? ", evenly sampled" : "");
+  }
+  bool multi_per_stage = false;
+  for (std::size_t a = 0; a < rows.size(); ++a)
+    for (std::size_t b = a + 1; b < rows.size(); ++b) multi_per_stage = multi_per_stage || ranks[rows[a]].stage == ranks[rows[b]].stage;
+
+  // Stream resource -> (row, lane).
+  const int nc = static_cast<int>(strategies::kNumCats);
+  std::vector<std::pair<int, int>> where(g.num_resources(), {-1, -1});
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto& sr = ranks[rows[r]];
+    for (int st = 0; st < strategies::kNumStreams; ++st) {
+      const auto kind = static_cast<Stream>(st);
+      if (kind == Stream::Launch) continue;  // the host thread is not device time
+      where[sr.streams[st]] = {static_cast<int>(r), kind == Stream::Compute ? 0 : 1};
+    }
+  }
+  const std::size_t lanes = rows.size() * 2;
+  std::vector<Tick> acc(lanes * static_cast<std::size_t>(bins) * static_cast<std::size_t>(nc), 0);
+  // a * b / c without overflow for any step length (long double keeps 64 bits of mantissa).
+  auto muldiv = [](Tick a, long long b, long long c) {
+    return static_cast<long long>(static_cast<long double>(a) * static_cast<long double>(b) / static_cast<long double>(c));
+  };
+  auto bin_start = [&](long long b) { return static_cast<Tick>(muldiv(makespan, b, bins)); };
+  for (sim::TaskId t = 0; t < g.num_tasks(); ++t) {
+    const Tick t0 = run.start[t], t1 = run.end[t];
+    if (t1 <= t0) continue;
+    const int cat = std::min<int>(g.category(t), nc - 1);
+    for (sim::ResourceId res : g.resources_of(t)) {
+      const auto [row, lane] = where[res];
+      if (row < 0) continue;
+      const std::size_t base = (static_cast<std::size_t>(row) * 2 + static_cast<std::size_t>(lane)) * static_cast<std::size_t>(bins);
+      long long b0 = muldiv(t0, bins, makespan);
+      long long b1 = muldiv(t1 - 1, bins, makespan);
+      b0 = std::clamp<long long>(b0, 0, bins - 1);
+      b1 = std::clamp<long long>(b1, 0, bins - 1);
+      for (long long b = b0; b <= b1; ++b) {
+        const Tick ov = std::min(t1, bin_start(b + 1)) - std::max(t0, bin_start(b));
+        if (ov > 0) acc[(base + static_cast<std::size_t>(b)) * static_cast<std::size_t>(nc) + static_cast<std::size_t>(cat)] += ov;
+      }
+    }
+  }
+
+  const double label_w = 100, right = 20, plot_w = 960, W = label_w + plot_w + right;
+  const double px = plot_w / bins;
+  const double lane_h[2] = {13, 8};
+  const double row_h = lane_h[0] + lane_h[1] + 8, top = 8;
+  const double plot_h = static_cast<double>(rows.size()) * row_h;
+  std::vector<bool> used(static_cast<std::size_t>(nc), false);
+  std::string body;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const double y_row = top + static_cast<double>(r) * row_h;
+    const auto& sr = ranks[rows[r]];
+    body += text(label_w - 8, y_row + lane_h[0] - 2,
+                 multi_per_stage ? fmt::format("stage {} r{}", sr.stage, sr.global_rank) : fmt::format("stage {}", sr.stage),
+                 "end");
+    for (int lane = 0; lane < 2; ++lane) {
+      const double y = y_row + (lane == 0 ? 0 : lane_h[0] + 1);
+      body += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"{}\"/>\n", f1(label_w), f1(y), f1(plot_w),
+                          f1(lane_h[lane]), lane == 0 ? "idle" : "idle2");
+      const std::size_t base = (r * 2 + static_cast<std::size_t>(lane)) * static_cast<std::size_t>(bins);
+      int run_cat = -1, run_start = 0;
+      auto flush = [&](int end_bin) {
+        if (run_cat < 0) return;
+        used[static_cast<std::size_t>(run_cat)] = true;
+        body += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"k{}\"/>\n",
+                            fmt::format("{:.2f}", label_w + run_start * px), f1(y),
+                            fmt::format("{:.2f}", (end_bin - run_start) * px), f1(lane_h[lane]), run_cat);
+      };
+      for (int b = 0; b <= bins; ++b) {
+        int cat = -1;
+        if (b < bins) {
+          Tick busy = 0, best = 0;
+          for (int c = 0; c < nc; ++c) {
+            const Tick v = acc[(base + static_cast<std::size_t>(b)) * static_cast<std::size_t>(nc) + static_cast<std::size_t>(c)];
+            busy += v;
+            if (v > best) {
+              best = v;
+              cat = c;
+            }
+          }
+          if (2 * busy < bin_start(b + 1) - bin_start(b)) cat = -1;
+        }
+        if (cat != run_cat) {
+          flush(b);
+          run_cat = cat;
+          run_start = b;
+        }
+      }
+    }
+  }
+  // Time axis.
+  const double seconds = static_cast<double>(makespan) / static_cast<double>(kTicksPerSecond);
+  const bool in_ms = seconds < 2;
+  const double unit = in_ms ? 1e-3 : 1;
+  const double step = nice_step(seconds / unit, 10);
+  const int dec = decimals_for(step);
+  std::string axis;
+  for (double t = 0; t * unit <= seconds * (1 + 1e-9); t += step) {
+    const double x = label_w + t * unit / seconds * plot_w;
+    axis += line(x, top, x, top + plot_h, "grid");
+    axis += text(x, top + plot_h + 14, fmt::format("{:.{}f}", t, dec), "middle", "small");
+  }
+  axis += text(label_w + plot_w / 2, top + plot_h + 30,
+               fmt::format("time in the step ({}); upper lane: compute stream, lower lane: communication streams",
+                           in_ms ? "ms" : "s"),
+               "middle", "small");
+  std::vector<std::pair<std::string, std::string>> items;
+  for (int c = 0; c < nc; ++c)
+    if (used[static_cast<std::size_t>(c)]) items.emplace_back(kCatStyles[static_cast<std::size_t>(c)].label, fmt::format("k{}", c));
+  items.emplace_back("idle (pipeline bubble, waits)", "idle");
+  auto [leg, leg_h] = legend(items, label_w, top + plot_h + 42, plot_w, true);
+  const double H = top + plot_h + 42 + leg_h + 4;
+  return svg_open("chart-timeline", W, H, "timeline of one training step per simulated rank") + axis + body + leg + "</svg>\n";
+}
+
+std::string chart_memory(const strategies::Result& r) {
+  const auto& st = r.stages;
+  const double W = 1000, left = 60, right = 150, plot_w = W - left - right, plot_h = 300, top = 12;
+  double ymax = r.capacity_bytes;
+  for (const auto& s : st) ymax = std::max(ymax, s.memory.total());
+  ymax = gib(ymax);
+  const double step = nice_step(ymax * 1.05, 8);
+  const double axis_max = std::max(step, std::ceil(ymax * 1.05 / step) * step);
+  const double sy = plot_h / axis_max;
+  const double slot = plot_w / std::max<double>(1, static_cast<double>(st.size()));
+  const double bw = std::min(42.0, slot * 0.72);
+  std::string s;
+  const int dec = decimals_for(step);
+  for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
+    const double y = top + plot_h - v * sy;
+    s += line(left, y, left + plot_w, y, "grid");
+    s += text(left - 6, y + 4, fmt::format("{:.{}f}", v, dec), "end", "small");
+  }
+  const int label_every = st.size() > 32 ? static_cast<int>((st.size() + 31) / 32) : 1;
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    const double x = left + slot * static_cast<double>(i) + (slot - bw) / 2;
+    double y = top + plot_h;
+    for (std::size_t k = 0; k < kMemParts.size(); ++k) {
+      const double v = gib(kMemParts[k].value(st[i].memory));
+      if (v <= 0) continue;
+      const double h = v * sy;
+      y -= h;
+      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"m{}\"><title>stage {}: {} {:.2f} GiB</title></rect>\n",
+                       f1(x), fmt::format("{:.2f}", y), f1(bw), fmt::format("{:.2f}", h), k, st[i].stage,
+                       kMemParts[k].label, v);
+    }
+    if (static_cast<int>(i) % label_every == 0)
+      s += text(x + bw / 2, top + plot_h + 14, std::to_string(st[i].stage), "middle", "small");
+  }
+  const double cy = top + plot_h - gib(r.capacity_bytes) * sy;
+  s += line(left, cy, left + plot_w, cy, "cap");
+  s += text(left + plot_w + 6, cy + 4, fmt::format("capacity {:.1f} GiB", gib(r.capacity_bytes)), "start", "small");
+  s += line(left, top, left, top + plot_h, "axis");
+  s += line(left, top + plot_h, left + plot_w, top + plot_h, "axis");
+  s += text(left + plot_w / 2, top + plot_h + 30, "pipeline stage", "middle", "small");
+  s += fmt::format("<text x=\"14\" y=\"{}\" class=\"small\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">GiB per device</text>\n",
+                   f1(top + plot_h / 2), f1(top + plot_h / 2));
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& p : kMemParts) items.emplace_back(p.label, p.color);
+  auto [leg, leg_h] = legend(items, left, top + plot_h + 42, plot_w + right - 20, false);
+  const double H = top + plot_h + 42 + leg_h + 4;
+  return svg_open("chart-memory", W, H, "memory per pipeline stage against device capacity") + s + leg + "</svg>\n";
+}
+
+std::string heat_color(double ratio, double rmax) {
+  // Diverging: blue below the balanced share, white at it, red above (up to rmax).
+  auto mix = [](int a, int b, double t) { return static_cast<int>(std::lround(a + (b - a) * std::clamp(t, 0.0, 1.0))); };
+  int r = 255, g = 255, b = 255;
+  if (ratio < 1) {
+    const double t = 1 - ratio;
+    r = mix(255, 44, t), g = mix(255, 123, t), b = mix(255, 182, t);
+  } else if (ratio > 1) {
+    const double t = (ratio - 1) / std::max(1e-9, rmax - 1);
+    r = mix(255, 215, t), g = mix(255, 25, t), b = mix(255, 28, t);
+  }
+  return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
+}
+
+std::string chart_expert_load(const strategies::ExpertLoad& el, bool& balanced) {
+  const auto& m = el.layer_rank_share;
+  const std::size_t L = m.size();
+  std::size_t R = 0;
+  for (const auto& row : m) R = std::max(R, row.size());
+  double rmax = 2, dev = 0;
+  for (const auto& row : m)
+    for (double share : row) {
+      const double ratio = share * static_cast<double>(row.size());
+      rmax = std::max(rmax, ratio);
+      dev = std::max(dev, std::abs(ratio - 1));
+    }
+  balanced = dev < 1e-6;
+  const double left = 80, right = 130, W = 1000, top = 10;
+  const double plot_w = std::min(W - left - right, 28.0 * static_cast<double>(std::max<std::size_t>(R, 1)));
+  const double cw = plot_w / static_cast<double>(std::max<std::size_t>(R, 1));
+  // Uniform maps (balanced routing) are drawn short: there is nothing to read in them.
+  const double ch = std::clamp((balanced ? 240.0 : 600.0) / static_cast<double>(std::max<std::size_t>(L, 1)), 3.0, 14.0);
+  const double plot_h = ch * static_cast<double>(L);
+  std::string s;
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t k = 0; k < m[l].size(); ++k) {
+      const double ratio = m[l][k] * static_cast<double>(m[l].size());
+      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>MoE layer {}, EP rank {}: {:.2f}x the mean</title></rect>\n",
+                       fmt::format("{:.2f}", left + cw * static_cast<double>(k)), fmt::format("{:.2f}", top + ch * static_cast<double>(l)),
+                       fmt::format("{:.2f}", cw), fmt::format("{:.2f}", ch), heat_color(ratio, rmax), l, k, ratio);
+    }
+  }
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", f1(left), f1(top),
+                   fmt::format("{:.2f}", plot_w), fmt::format("{:.2f}", plot_h));
+  const std::size_t every_l = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(12.0 / ch)));
+  for (std::size_t l = 0; l < L; l += every_l)
+    s += text(left - 6, top + ch * (static_cast<double>(l) + 0.5) + 3.5, std::to_string(l), "end", "small");
+  const std::size_t every_r = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(22.0 / cw)));
+  for (std::size_t k = 0; k < R; k += every_r)
+    s += text(left + cw * (static_cast<double>(k) + 0.5), top + plot_h + 13, std::to_string(k), "middle", "small");
+  s += text(left + plot_w / 2, top + plot_h + 28, "expert-parallel rank", "middle", "small");
+  s += fmt::format("<text x=\"16\" y=\"{}\" class=\"small\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">MoE layer</text>\n",
+                   f1(top + plot_h / 2), f1(top + plot_h / 2));
+  // Colour scale.
+  const double gx = left + plot_w + 30, gh = std::min(200.0, plot_h);
+  s += "<defs><linearGradient id=\"hm-scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">";
+  for (int i = 0; i <= 10; ++i) {
+    const double ratio = rmax * i / 10.0;
+    s += fmt::format("<stop offset=\"{:.2f}\" stop-color=\"{}\"/>", i / 10.0, heat_color(ratio, rmax));
+  }
+  s += "</linearGradient></defs>\n";
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"{}\" fill=\"url(#hm-scale)\" stroke=\"#999\"/>\n", f1(gx), f1(top),
+                   f1(gh));
+  s += text(gx + 20, top + 8, fmt::format("{:.1f}x", rmax), "start", "small");
+  s += text(gx + 20, top + gh * (1 - 1 / rmax) + 4, "1x (mean)", "start", "small");
+  s += text(gx + 20, top + gh, "0", "start", "small");
+  s += text(gx - 4, top + gh + 18, "tokens vs mean", "start", "small");
+  const double H = top + std::max(plot_h, gh + 20) + 36;
+  return svg_open("chart-expert-load", W, H, "expert load heatmap: MoE layers by expert-parallel ranks") + s + "</svg>\n";
+}
+
+std::string chart_scaling(const strategies::CapacityReport& cap) {
+  const double W = 1000, panel_w = 400, plot_h = 240, top = 26, left0 = 70, gap = 110;
+  std::vector<const strategies::CapacityPoint*> pts;
+  for (const auto& p : cap.points) pts.push_back(&p);
+  double lo = 1e18, hi = 0, tmax = 0, mmax = 0;
+  for (const auto* p : pts) {
+    lo = std::min(lo, std::log2(static_cast<double>(p->devices)));
+    hi = std::max(hi, std::log2(static_cast<double>(p->devices)));
+    if (p->feasible) {
+      tmax = std::max(tmax, p->tokens_per_s);
+      mmax = std::max(mmax, 100 * p->mfu);
+    }
+  }
+  std::string s;
+  auto panel = [&](double left, const std::string& title, double vmax, auto value, const char* fmt_unit, int idx) {
+    const double step = nice_step(std::max(vmax, 1e-9) * 1.05, 6);
+    const double axis_max = std::max(step, std::ceil(vmax * 1.05 / step) * step);
+    const double sy = plot_h / axis_max;
+    auto xpos = [&](int devices) {
+      if (hi <= lo) return left + panel_w / 2;
+      return left + 20 + (std::log2(static_cast<double>(devices)) - lo) / (hi - lo) * (panel_w - 40);
+    };
+    s += text(left + panel_w / 2, top - 10, title, "middle", "title");
+    const int dec = decimals_for(step);
+    for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
+      const double y = top + plot_h - v * sy;
+      s += line(left, y, left + panel_w, y, "grid");
+      const std::string lab = std::string_view(fmt_unit) == "tokens" ? human(v) : fmt::format("{:.{}f}%", v, dec);
+      s += text(left - 6, y + 4, lab, "end", "small");
+    }
+    s += line(left, top, left, top + plot_h, "axis");
+    s += line(left, top + plot_h, left + panel_w, top + plot_h, "axis");
+    std::string poly;
+    for (const auto* p : pts) {
+      const double x = xpos(p->devices);
+      s += text(x, top + plot_h + 14, grouped(p->devices), "middle", "small");
+      if (!p->feasible) {
+        const double y = top + plot_h - 6;
+        s += line(x - 5, y - 5, x + 5, y + 5, "bad") + line(x - 5, y + 5, x + 5, y - 5, "bad");
+        continue;
+      }
+      const double v = value(*p);
+      const double y = top + plot_h - v * sy;
+      poly += fmt::format("{},{} ", f1(x), f1(y));
+      s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" class=\"dot{}\"><title>{} devices: {}</title></circle>\n", f1(x), f1(y),
+                       idx, p->devices,
+                       std::string_view(fmt_unit) == "tokens" ? human(v) + " tokens/s" : fmt::format("{:.1f}% MFU", v));
+      if (cap.answer && p == &cap.points[*cap.answer])
+        s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"8\" class=\"ring\"/>\n", f1(x), f1(y));
+    }
+    if (!poly.empty()) {
+      poly.pop_back();
+      s += fmt::format("<polyline points=\"{}\" class=\"line{}\"/>\n", poly, idx);
+    }
+    s += text(left + panel_w / 2, top + plot_h + 30, "devices (log scale)", "middle", "small");
+  };
+  panel(left0, "throughput (tokens/s)", tmax, [](const strategies::CapacityPoint& p) { return p.tokens_per_s; }, "tokens", 0);
+  panel(left0 + panel_w + gap, "MFU (%)", mmax, [](const strategies::CapacityPoint& p) { return 100 * p.mfu; }, "percent", 1);
+  std::string notes = "best plan at each size; \xc3\x97 = no plan fits";
+  if (cap.answer) notes += "; ring = smallest size meeting the deadline";
+  s += text(left0, top + plot_h + 50, notes, "start", "small");
+  const double H = top + plot_h + 60;
+  return svg_open("chart-scaling", W, H, "tokens per second and MFU against cluster size") + s + "</svg>\n";
+}
+
+// ---- sections ------------------------------------------------------------------------------
+
+std::string kv_row(const std::string& k, const std::string& v) {
+  return "<tr><td>" + html_escape(k) + "</td><td>" + v + "</td></tr>\n";
+}
+
+std::string section_summary(const strategies::Scenario& s, const strategies::Result& r) {
+  std::string h = "<section id=\"summary\">\n<h2>Scenario</h2>\n<table class=\"kv\">\n";
+  h += kv_row("model", fmt::format("{} ({} parameters, {} active per token)", html_escape(s.model_name),
+                                   human(r.params_total), human(r.params_active)));
+  h += kv_row("cluster", html_escape(fmt::format("{} x {} ({}, {} per node)", grouped(s.cluster.devices), s.cluster.device.name,
+                                                 s.cluster.name, s.cluster.devices_per_node)));
+  h += kv_row("training", html_escape(fmt::format("sequence {}, global batch {} ({} tokens per step), {}", s.training.seq_length,
+                                                  s.training.global_batch_size, human(r.tokens_per_step),
+                                                  models::precision_name(s.training.precision))));
+  h += kv_row("plan", "<code>" + html_escape(format_plan_line(s)) + "</code>");
+  if (!s.document.value("description", std::string()).empty())
+    h += kv_row("description", html_escape(s.document.value("description", std::string())));
+  h += "</table>\n<h3>Result of the scenario's plan</h3>\n<table class=\"kv\">\n";
+  if (!r.feasible) h += kv_row("feasible", "<span class=\"warn\">no: " + html_escape(r.infeasible_reason) + "</span>");
+  h += kv_row("step time", fmt::format("{:.3f} s", r.step_time_s));
+  h += kv_row("throughput", fmt::format("{} tokens/s ({:.1f} per device)", human(r.tokens_per_s), r.tokens_per_s_per_device));
+  h += kv_row("MFU / HFU", fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu));
+  h += kv_row("model FLOP rate", fmt::format("{:.1f} TFLOP/s per device (peak {:.1f})", r.achieved_tflops_per_device,
+                                             r.peak_tflops_per_device));
+  h += kv_row("peak memory", fmt::format("{:.1f} of {:.1f} GiB per device{}", gib(r.peak_memory_bytes), gib(r.capacity_bytes),
+                                         r.memory_fits ? "" : " <span class=\"warn\">(does not fit)</span>"));
+  h += kv_row("communication hidden", fmt::format("{:.1f}% of {:.3f} s per device", 100 * r.comm_overlap_fraction,
+                                                  r.comm_seconds_per_device));
+  if (s.model.is_moe()) {
+    const auto& el = r.expert_load;
+    h += kv_row("expert load", html_escape(fmt::format("{} routing, {} placement: max/mean {:.2f} (worst {:.2f}), imbalance {:.3f}",
+                                                       el.routing, el.placement, el.max_over_mean, el.max_over_mean_worst,
+                                                       el.imbalance_score)));
+  }
+  h += "</table>\n</section>\n";
+  return h;
+}
+
+std::string section_plans(const HtmlReportInput& in) {
+  const auto& s = *in.scenario;
+  std::string h = "<section id=\"plans\">\n<h2>Best plans</h2>\n";
+  if (in.search == nullptr) return h + "<p class=\"note\">The strategy search was not run for this report.</p>\n</section>\n";
+  const auto& r = *in.search;
+  h += fmt::format("<p class=\"note\">Search space of {} plans: {} divide, {} fit in memory by the screening estimate, {} "
+                   "event-simulated; ranked by {}.</p>\n",
+                   grouped(r.space_size), grouped(static_cast<double>(r.valid)), grouped(static_cast<double>(r.screened_fit)),
+                   r.simulated + r.resumed, strategies::objective_name(r.objective));
+  if (r.ranked.empty()) return h + "<p class=\"warn\">No simulated plan fits in memory.</p>\n</section>\n";
+  h += "<table>\n<tr><th class=\"n\">rank</th><th>plan</th><th class=\"n\">tokens/s</th><th class=\"n\">MFU</th>"
+       "<th class=\"n\">step s</th><th class=\"n\">free GiB</th><th>bottleneck</th></tr>\n";
+  for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < in.top; ++i) {
+    const auto& p = r.ranked[i];
+    h += fmt::format("<tr{}><td class=\"n\">{}</td><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td>"
+                     "<td class=\"n\">{:.3f}</td><td class=\"n\">{:.1f}</td><td>{}</td></tr>\n",
+                     i == 0 ? " class=\"hl\"" : "", i + 1, html_escape(short_plan(p.plan, s.model)), grouped(p.tokens_per_s),
+                     100 * p.mfu, p.step_time_s, gib(p.headroom_bytes), html_escape(p.bottleneck));
+  }
+  h += "</table>\n<p class=\"note\">The best plan as a <code>parallelism</code> section:</p>\n<pre>" +
+       html_escape(r.ranked.front().plan_json.dump()) + "</pre>\n</section>\n";
+  return h;
+}
+
+std::string section_capacity(const strategies::Scenario& s, const strategies::CapacityReport& cap) {
+  std::string h = "<section id=\"capacity\">\n<h2>Capacity planning</h2>\n";
+  const std::string budget = tokens_text(cap.train_tokens);
+  h += fmt::format("<p>Token budget <b>{}</b> tokens{}; global batch {}. For each cluster size the strategy search "
+                   "picks the best plan.</p>\n",
+                   budget,
+                   cap.deadline_s > 0 ? fmt::format(", deadline <b>{:.1f} days</b>", cap.deadline_s / strategies::kSecondsPerDay)
+                                      : std::string(),
+                   cap.batch == strategies::BatchScaling::Fixed
+                       ? fmt::format("fixed at {} sequences", s.training.global_batch_size)
+                       : std::string("scaled with the devices"));
+  auto describe = [&](const strategies::CapacityPoint& p) {
+    return fmt::format("<b>{} devices</b> with <code>{}</code>: {} tokens/s, MFU {:.1f}%, <b>{:.1f} days</b>, {} device-hours",
+                       grouped(p.devices), html_escape(short_plan(p.best.plan, s.model)), human(p.tokens_per_s), 100 * p.mfu,
+                       p.days, human(p.device_hours));
+  };
+  if (cap.deadline_s > 0) {
+    if (cap.answer) h += "<p class=\"ok\">Smallest cluster meeting the deadline: " + describe(cap.points[*cap.answer]) + ".</p>\n";
+    else if (cap.fastest)
+      h += "<p class=\"warn\">No candidate size meets the deadline. Fastest: " + describe(cap.points[*cap.fastest]) + ".</p>\n";
+    else h += "<p class=\"warn\">No candidate size has a plan that fits.</p>\n";
+  } else if (cap.fastest) {
+    if (cap.cheapest == cap.fastest) {
+      h += "<p>Fastest and fewest device-hours: " + describe(cap.points[*cap.fastest]) + ".</p>\n";
+    } else {
+      h += "<p>Fastest: " + describe(cap.points[*cap.fastest]) + ".</p>\n";
+      if (cap.cheapest) h += "<p>Fewest device-hours: " + describe(cap.points[*cap.cheapest]) + ".</p>\n";
+    }
+  }
+  h += "<table>\n<tr><th class=\"n\">devices</th><th class=\"n\">batch</th><th>best plan</th><th class=\"n\">tokens/s</th>"
+       "<th class=\"n\">MFU</th><th class=\"n\">step s</th><th class=\"n\">days</th><th class=\"n\">device-hours</th>";
+  if (cap.deadline_s > 0) h += "<th>deadline</th>";
+  h += "</tr>\n";
+  for (std::size_t i = 0; i < cap.points.size(); ++i) {
+    const auto& p = cap.points[i];
+    const bool hl = cap.answer && *cap.answer == i;
+    if (!p.feasible) {
+      h += fmt::format("<tr class=\"bad\"><td class=\"n\">{}</td><td class=\"n\">{}</td><td colspan=\"{}\">{}</td></tr>\n",
+                       grouped(p.devices), p.global_batch_size, cap.deadline_s > 0 ? 7 : 6, html_escape(p.reason));
+      continue;
+    }
+    h += fmt::format("<tr{}><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code>{}</code></td><td class=\"n\">{}</td>"
+                     "<td class=\"n\">{:.1f}%</td><td class=\"n\">{:.3f}</td><td class=\"n\">{:.1f}</td><td class=\"n\">{}</td>",
+                     hl ? " class=\"hl\"" : "", grouped(p.devices), p.global_batch_size,
+                     html_escape(short_plan(p.best.plan, s.model)), grouped(p.tokens_per_s), 100 * p.mfu, p.best.step_time_s,
+                     p.days, grouped(p.device_hours));
+    if (cap.deadline_s > 0) h += std::string("<td>") + (p.meets_deadline ? "meets" : "misses") + "</td>";
+    h += "</tr>\n";
+  }
+  h += "</table>\n<p class=\"note\">days = tokens / (tokens/s) / 86,400; device-hours = devices &times; hours. Convergence per "
+       "token is not modelled: the same budget is assumed at every size.</p>\n</section>\n";
+  return h;
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> report_chart_ids(const HtmlReportInput& in) {
+  std::vector<std::string> ids{"chart-breakdown", "chart-timeline", "chart-memory"};
+  if (in.scenario != nullptr && in.scenario->model.is_moe() && in.sim != nullptr &&
+      !in.sim->result.expert_load.layer_rank_share.empty())
+    ids.emplace_back("chart-expert-load");
+  if (in.capacity != nullptr && !in.capacity->points.empty()) ids.emplace_back("chart-scaling");
+  return ids;
+}
+
+std::string render_html_report(const HtmlReportInput& in) {
+  const auto& s = *in.scenario;
+  const auto& r = in.sim->result;
+  std::string h;
+  h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<link rel=\"icon\" href=\"data:,\">\n";
+  h += "<title>moesim report: " + html_escape(s.model_name) + " on " + html_escape(grouped(s.cluster.devices)) + " x " +
+       html_escape(s.cluster.device.name) + "</title>\n<style>" + css() + "</style>\n</head>\n<body>\n";
+  h += "<header>\n<h1>moesim report: " + html_escape(s.model_name) + "</h1>\n<p class=\"sub\">" +
+       html_escape(fmt::format("{} devices ({}, {}), scenario {}", grouped(s.cluster.devices), s.cluster.device.name,
+                               s.cluster.name, s.file)) +
+       "</p>\n</header>\n";
+  h += section_summary(s, r);
+  h += section_plans(in);
+
+  // Breakdown: the scenario's plan, then the best plans.
+  {
+    std::vector<Bar> bars;
+    bars.push_back({"scenario: " + short_plan(s.plan, s.model), r.breakdown, r.breakdown.total()});
+    if (in.search != nullptr)
+      for (std::size_t i = 0; i < in.search->ranked.size() && static_cast<int>(i) < in.top; ++i) {
+        const auto& p = in.search->ranked[i];
+        bars.push_back({fmt::format("#{}: {}", i + 1, short_plan(p.plan, s.model)), p.breakdown, p.breakdown.total()});
+      }
+    h += "<section id=\"breakdown\">\n<h2>Where the time goes</h2>\n";
+    h += figure(chart_breakdown(bars),
+                "Step time per device split into compute and the communication, bubble and waits not hidden behind it "
+                "(hover a segment for its value).");
+    h += "</section>\n";
+  }
+  {
+    std::string note;
+    const std::string svg = chart_timeline(*in.sim, std::max(1, in.timeline_max_rows), in.timeline_bins, note);
+    h += "<section id=\"timeline\">\n<h2>One step of the scenario's plan</h2>\n";
+    h += figure(svg, html_escape(fmt::format(
+                         "Every simulated rank's streams over one step ({:.3f} s). Tasks are drawn at {} columns: a column takes "
+                         "the colour of the category busiest in it when the lane is busy at least half of it; grey gaps in the "
+                         "compute lane are the pipeline bubble and waits. {}",
+                         r.step_time_s, std::max(50, in.timeline_bins), note)));
+    h += "</section>\n";
+  }
+  h += "<section id=\"memory\">\n<h2>Memory per pipeline stage</h2>\n";
+  h += figure(chart_memory(r), html_escape(fmt::format("Per device, at the activation peak of each stage's schedule; capacity "
+                                                       "{:.1f} GiB. Peak {:.1f} GiB{}.",
+                                                       gib(r.capacity_bytes), gib(r.peak_memory_bytes),
+                                                       r.memory_fits ? "" : ": does not fit")));
+  h += "</section>\n";
+  if (s.model.is_moe()) {
+    h += "<section id=\"expert-load\">\n<h2>Expert load</h2>\n";
+    const auto& el = r.expert_load;
+    if (el.layer_rank_share.empty()) {
+      h += "<p class=\"note\">No per-layer expert load was recorded for this run.</p>\n";
+    } else {
+      bool balanced = false;
+      const std::string svg = chart_expert_load(el, balanced);
+      if (balanced)
+        h += fmt::format("<p class=\"note\">Routing is balanced ({} routing): every one of the {} expert-parallel ranks receives "
+                         "the same share of every MoE layer's tokens, so the map is uniform. Set <code>moe.routing</code> to "
+                         "<code>zipf</code> or <code>dirichlet</code> to see skew.</p>\n",
+                         html_escape(el.routing), el.ep);
+      h += figure(svg, html_escape(fmt::format(
+                           "Token copies each expert-parallel rank receives per MoE layer, relative to the mean (1x = balanced); "
+                           "{} routing, {} placement, max/mean {:.2f}, worst {:.2f}.",
+                           el.routing, el.placement, el.max_over_mean, el.max_over_mean_worst)));
+    }
+    h += "</section>\n";
+  }
+  h += "<section id=\"scaling\">\n<h2>Scaling with the cluster size</h2>\n";
+  if (in.capacity == nullptr || in.capacity->points.empty()) {
+    h += "<p class=\"note\">The scaling sweep was not run for this report.</p>\n</section>\n";
+  } else {
+    h += figure(chart_scaling(*in.capacity), "Best plan found by the search at each cluster size (same model, device, "
+                                             "cluster preset and training settings).");
+    h += "</section>\n";
+    h += section_capacity(s, *in.capacity);
+  }
+  h += "<footer>\n" +
+       html_escape(fmt::format("moesim {}; seed {}; {} fidelity; {} simulated ranks, {} tasks, {} events.", strategies::kVersion,
+                               r.seed, r.fidelity, r.ranks_simulated, r.tasks, r.events));
+  if (!in.wall_time_note.empty()) h += " " + html_escape(in.wall_time_note);
+  h += "\n</footer>\n</body>\n</html>\n";
+  return h;
+}
+
+}  // namespace moesim::tools
