@@ -8,6 +8,7 @@
 #include "moesim/strategies/collectives.hpp"
 #include "moesim/strategies/lower.hpp"
 #include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/search.hpp"
 #include "moesim/strategies/simulate.hpp"
 
 using namespace moesim;
@@ -393,6 +394,72 @@ TEST_CASE("schedules: zb_v end to end is faster than interleaved 1F1B and needs 
   j["parallelism"]["virtual_pipeline_model_parallel_size"] = 1;
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""),
                     Catch::Contains("/parallelism/pipeline_schedule") && Catch::Contains("virtual_pipeline_model_parallel_size 2"));
+}
+
+TEST_CASE("schedules: DualPipe feeds half the micro-batches from each end, two copies, PP + 1 activations",
+          "[strategies][schedule]") {
+  const int p = 4, m = 8;
+  const auto orders = make_schedule(ScheduleKind::DualPipe, p, 2, m);
+  REQUIRE(orders.size() == static_cast<std::size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    std::set<std::tuple<int, int, int>> seen;
+    int open = 0, most = 0;
+    for (const auto& op : orders[s]) {
+      CHECK(op.chunk == direction_of(ScheduleKind::DualPipe, m, op.microbatch));  // one direction per micro-batch
+      CHECK(seen.insert({static_cast<int>(op.phase), op.microbatch, op.chunk}).second);
+      if (op.phase == Phase::Backward) CHECK(seen.count({static_cast<int>(Phase::Forward), op.microbatch, op.chunk}) == 1);
+      if (op.phase == Phase::WeightGrad) CHECK(seen.count({static_cast<int>(Phase::Backward), op.microbatch, op.chunk}) == 1);
+      open += op.phase == Phase::Forward ? 1 : op.phase == Phase::WeightGrad ? -1 : 0;
+      most = std::max(most, open);
+    }
+    CHECK(seen.size() == 3u * m);  // m/2 micro-batches x F, B, W in each of two chunks
+    CHECK(most <= p + 1);          // DeepSeek's table: PP + 1 micro-batches of activations
+  }
+  // Device 0 starts direction 0 and device p - 1 direction 1 with their first forwards.
+  CHECK(orders[0].front() == PipeOp{Phase::Forward, 0, 0});
+  CHECK(orders[p - 1].front() == PipeOp{Phase::Forward, m / 2, 1});
+}
+
+TEST_CASE("schedules: dualpipe end to end: two parameter copies, smaller bubble, constraints", "[strategies][schedule]") {
+  nlohmann::json j = llama_pp4();
+  const Result one = simulate(load_scenario(j, "t.json", "")).result;
+  j["parallelism"]["pipeline_schedule"] = "dualpipe";
+  const Scenario sd = load_scenario(j, "t.json", "");
+  const Result dp = simulate(sd).result;
+  CHECK(dp.breakdown.bubble < 0.5 * one.breakdown.bubble);
+  CHECK(dp.breakdown.total() == Approx(dp.step_time_s).epsilon(1e-6));
+  CHECK(dp.hfu / dp.mfu == Approx(one.hfu / one.mfu));  // the same work per micro-batch
+  CHECK(dp.breakdown.compute == Approx(one.breakdown.compute).epsilon(1e-3));
+  for (std::size_t st = 0; st < dp.stages.size(); ++st) {
+    // Stage s holds stages s and p - 1 - s of the 1F1B split: twice the weights of the pair's mean.
+    const std::size_t mirror = dp.stages.size() - 1 - st;
+    CHECK(dp.stages[st].memory.weights ==
+          Approx(one.stages[st].memory.weights + one.stages[mirror].memory.weights).epsilon(1e-9));
+  }
+  // The plan as JSON pastes back: no virtual pipeline size.
+  CHECK_FALSE(plan_to_json(sd.plan, sd.model).contains("virtual_pipeline_model_parallel_size"));
+  CHECK(plan_to_json(sd.plan, sd.model)["pipeline_schedule"] == "dualpipe");
+  // DeepSeek's constraints: even pp, an even number of micro-batches, at least 2 x pp.
+  auto error_of = [&](nlohmann::json k) {
+    try {
+      (void)load_scenario(k, "t.json", "");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json odd = j;
+  odd["cluster"]["devices"] = 12;
+  odd["parallelism"]["pp"] = 3;
+  odd["model"]["num_hidden_layers"] = 15;
+  odd["training"]["global_batch_size"] = 24;
+  CHECK_THAT(error_of(odd), Catch::Contains("/parallelism/pipeline_model_parallel_size") && Catch::Contains("must be even"));
+  nlohmann::json few = j;
+  few["training"]["global_batch_size"] = 28;  // 7 micro-batches
+  CHECK_THAT(error_of(few), Catch::Contains("/training/global_batch_size") && Catch::Contains("dualpipe needs an even number"));
+  nlohmann::json v2 = j;
+  v2["parallelism"]["virtual_pipeline_model_parallel_size"] = 2;
+  CHECK_THAT(error_of(v2), Catch::Contains("/parallelism/pipeline_schedule") && Catch::Contains("virtual_pipeline_model_parallel_size 1"));
 }
 
 TEST_CASE("swap: activations in host memory lower peak memory by the swapped bytes and cost the unhidden copies",

@@ -441,6 +441,9 @@ class Lowering {
   /// start (the search's screening skips it).
   std::vector<int> partition(const std::vector<double>& layer_cost, double first_extra, double last_extra,
                              bool refine = true);
+  std::vector<std::vector<int>> virtual_stage_items(const std::vector<int>& counts) const;
+  std::vector<int> partition_positions(const std::vector<double>& layer_cost, double first_extra, double last_extra,
+                                       bool refine, int positions, int chunks);
   void build_ranks(Fidelity f);
   void emit(Fidelity f);
 
@@ -964,7 +967,19 @@ Lowering::ItemProgram Lowering::build_item(const models::PipelineItem& item, boo
 
 std::vector<int> Lowering::partition(const std::vector<double>& cost, double first_extra, double last_extra,
                                      bool refine) {
-  const int V = p_.virtual_stages();
+  // DualPipe: partition the p stages as for 1F1B; each is held twice (once per direction).
+  const bool bidir = bidirectional(p_.schedule);
+  if (bidir) {
+    std::vector<int> counts = partition_positions(cost, first_extra, last_extra, refine, p_.pp, 1);
+    std::vector<int> twice = counts;
+    twice.insert(twice.end(), counts.begin(), counts.end());
+    return twice;
+  }
+  return partition_positions(cost, first_extra, last_extra, refine, p_.virtual_stages(), p_.vpp);
+}
+
+std::vector<int> Lowering::partition_positions(const std::vector<double>& cost, double first_extra, double last_extra,
+                                               bool refine, int V, int chunks) {
   const int L = static_cast<int>(cost.size());
   std::vector<int> counts(V, 0);
   if (p_.partition == "explicit") return p_.layers_per_stage;
@@ -1007,7 +1022,7 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
     for (int v = 0; v < V; ++v) {
       double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0);
       for (int k = 0; k < n[v]; ++k) l += cost[layer++];
-      load[stage_of_virtual(p_.schedule, pp, v)] += l;
+      load[chunks == 1 ? v : stage_of_virtual(p_.schedule, pp, v)] += l;
       sq += l * l;
     }
     return std::pair{*std::max_element(load.begin(), load.end()), sq};
@@ -1017,7 +1032,7 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
     // Water-filling on stages, then spread each stage's layers over its chunks.
     std::vector<double> extra(pp, 0.0);
     extra[0] += first_extra;
-    extra[stage_of_virtual(p_.schedule, pp, V - 1)] += last_extra;
+    extra[chunks == 1 ? V - 1 : stage_of_virtual(p_.schedule, pp, V - 1)] += last_extra;
     std::vector<int> per_stage(pp, 0);
     for (int k = 0; k < L; ++k) {
       int best = 0;
@@ -1026,8 +1041,9 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
       ++per_stage[best];
     }
     for (int st = 0; st < pp; ++st)
-      for (int c = 0; c < p_.vpp; ++c)
-        counts[virtual_stage(p_.schedule, pp, st, c)] = per_stage[st] / p_.vpp + (c < per_stage[st] % p_.vpp ? 1 : 0);
+      for (int c = 0; c < chunks; ++c)
+        counts[chunks == 1 ? st : virtual_stage(p_.schedule, pp, st, c)] =
+            per_stage[st] / chunks + (c < per_stage[st] % chunks ? 1 : 0);
   }
   // A virtual stage may end up with no decoder layer (it then only forwards activations, like
   // Megatron's "L" loss-only stage in a custom layout); the search prefers balanced counts.
@@ -1060,6 +1076,24 @@ std::vector<int> Lowering::partition(const std::vector<double>& cost, double fir
     best = cand_best;
   }
   return counts;
+}
+
+std::vector<std::vector<int>> Lowering::virtual_stage_items(const std::vector<int>& counts) const {
+  // Items in order: the embedding, the decoder layers, then the head (and MTP). A pipeline of
+  // P positions starts with the embedding and ends with the head; DualPipe runs two such
+  // pipelines over the same items (virtual stages 0..p-1 and p..2p-1).
+  const int V = static_cast<int>(counts.size());
+  const int P = bidirectional(p_.schedule) ? V / 2 : V;
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(V));
+  int layer_item = 1;
+  for (int v = 0; v < V; ++v) {
+    if (v % P == 0) layer_item = 1;
+    if (v % P == 0) out[v].push_back(0);
+    for (int k = 0; k < counts[v]; ++k) out[v].push_back(layer_item++);
+    if (v % P == P - 1)
+      for (std::size_t i = static_cast<std::size_t>(layer_item); i < w_.items.size(); ++i) out[v].push_back(static_cast<int>(i));
+  }
+  return out;
 }
 
 void Lowering::build_ranks(Fidelity f) {
@@ -1490,17 +1524,7 @@ Lowered Lowering::run() {
   coll_index_.clear();
 
   // Items per virtual stage.
-  std::vector<std::vector<int>> vs_items(V);
-  {
-    int layer_item = 1;  // items[0] is the embedding
-    for (int v = 0; v < V; ++v) {
-      if (v == 0) vs_items[v].push_back(0);
-      for (int k = 0; k < out_.layers_per_virtual_stage[v]; ++k) vs_items[v].push_back(layer_item++);
-      if (v == V - 1)
-        for (std::size_t i = static_cast<std::size_t>(layer_item); i < w_.items.size(); ++i)
-          vs_items[v].push_back(static_cast<int>(i));
-    }
-  }
+  const std::vector<std::vector<int>> vs_items = virtual_stage_items(out_.layers_per_virtual_stage);
 
   build_ranks(fid);
   out_.stages.resize(p_.pp);
@@ -1557,7 +1581,7 @@ Lowered Lowering::run() {
         double recompute_flops = 0;
         for (const Step& st : ip.bwd.steps)
           if (st.cat == kRecompute) recompute_flops += st.flops;
-        stage_flops[stage] += (ip.fwd_flops + ip.bwd_flops + recompute_flops) * m;
+        stage_flops[stage] += (ip.fwd_flops + ip.bwd_flops + recompute_flops) * (bidirectional(p_.schedule) ? m / 2 : m);
       }
     }
     for (int c = 0; c < p_.vpp; ++c) si.activation_bytes_per_microbatch += chunk_act[stage][c];
@@ -1642,7 +1666,7 @@ Lowered Lowering::run() {
     p2p_seconds_.assign(V, 0.0);
     for (int v = 0; v + 1 < V; ++v) {
       const int s0 = stage_of_virtual(p_.schedule, p_.pp, v), s1 = stage_of_virtual(p_.schedule, p_.pp, v + 1);
-      if (s0 == s1) continue;
+      if (s0 == s1 || (bidirectional(p_.schedule) && v == p_.pp - 1)) continue;  // DualPipe: two pipelines
       const auto r = topo_.route(s0 * lay_.block, s1 * lay_.block);
       p2p_seconds_[v] = p2p_time(bytes, r).value();
     }
@@ -2026,6 +2050,7 @@ void Lowering::emit(Fidelity fid) {
       const bool fwd = op.phase == Phase::Forward;
       const int v_next = fwd ? v + 1 : v - 1;
       if (v_next < 0 || v_next >= V) continue;
+      if (bidirectional(p_.schedule) && std::min(v, v_next) == pp - 1) continue;  // the two directions do not meet
       const int s_next = stage_of_virtual(p_.schedule, pp, v_next), c_next = chunk_of_virtual(p_.schedule, pp, v_next);
       const double secs = fwd ? p2p_seconds_[v] : p2p_seconds_[v_next];
       for (int l = 0; l < per_stage; ++l) {
@@ -2199,14 +2224,10 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   double compute_total = 0, comm_total = 0;
   std::array<double, kNumCats> comm_cat{};
   {
-    int layer_item = 1;
+    const std::vector<std::vector<int>> vs_items = virtual_stage_items(counts);
     for (int v = 0; v < V; ++v) {
       const int st = stage_of_virtual(p_.schedule, pp, v);
-      std::vector<int> items;
-      if (v == 0) items.push_back(0);
-      for (int k = 0; k < counts[v]; ++k) items.push_back(layer_item++);
-      if (v == V - 1)
-        for (std::size_t i = static_cast<std::size_t>(layer_item); i < w_.items.size(); ++i) items.push_back(static_cast<int>(i));
+      const std::vector<int>& items = vs_items[v];
       double act = 0;
       int pos = 0;
       for (int idx : items) {

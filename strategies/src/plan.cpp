@@ -122,7 +122,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
                : a2a == "allgather"  ? AllToAllAlgo::AllGather
                                      : AllToAllAlgo::Flat;
-  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev"});
+  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev", "dualpipe"});
   if (const auto* part = r.get({"pipeline_layer_partition"})) {
     if (part->is_string()) {
       const std::string s = part->get<std::string>();
@@ -159,6 +159,14 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
         diag.error(r.child_pointer("pipeline_schedule"), "\"" + *sched + "\"",
                    "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
                        std::to_string(p.vpp) + ")");
+    }
+    if (*sched == "dualpipe") {
+      p.schedule = ScheduleKind::DualPipe;
+      if (p.vpp != 1)
+        diag.error(r.child_pointer("pipeline_schedule"), "\"dualpipe\"",
+                   "cuts the model into pipeline_model_parallel_size stages and holds two of them per device (one per "
+                   "direction): needs virtual_pipeline_model_parallel_size 1 (got " + std::to_string(p.vpp) + ")");
+      p.vpp = 2;  // the device's two chunks: its stage for each direction
     }
     if (*sched == "zb_h1") {
       p.schedule = ScheduleKind::ZeroBubbleH1;
@@ -397,17 +405,28 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
     fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) + " micro-batches per pipeline; dualpipev needs at least 2 x pp = " +
                    std::to_string(2 * p.pp)}; });
+  // DeepSeek's dualpipe.py: an even number of ranks and of micro-batches, at least 2 x ranks.
+  if (p.schedule == ScheduleKind::DualPipe) {
+    if (p.pp % 2 != 0)
+      fail([&] { return keyed("pipeline_model_parallel_size", p.pp, "must be even for dualpipe (devices pair up as mirror stages)"); });
+    if (p.num_microbatches % 2 != 0 || p.num_microbatches < 2 * p.pp)
+      fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+                 "gives " + std::to_string(p.num_microbatches) +
+                     " micro-batches per pipeline; dualpipe needs an even number (half from each end), at least 2 x pp = " +
+                     std::to_string(2 * p.pp)}; });
+  }
   if (p.vpp > 1 && p.schedule == ScheduleKind::Interleaved && p.num_microbatches % p.pp != 0)
     fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) +
                    " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp)}; });
   // Layer partition over virtual stages.
-  const int vs = p.pp * p.vpp;
+  const int vs = bidirectional(p.schedule) ? p.pp : p.pp * p.vpp;  // DualPipe: stages, each held twice
   const int slots = m.num_layers + p.noop_layers;
   if (p.partition == "explicit") {
     if (static_cast<int>(p.layers_per_stage.size()) != vs) {
       fail([&] { return Problem{P + "/pipeline_layer_partition", std::to_string(p.layers_per_stage.size()) + " entries",
-                 "must have pp x vpp = " + std::to_string(vs) + " entries"}; });
+                 std::string(bidirectional(p.schedule) ? "must have pp = " : "must have pp x vpp = ") + std::to_string(vs) +
+                     " entries"}; });
     } else {
       int sum = 0;
       for (int x : p.layers_per_stage) sum += x;

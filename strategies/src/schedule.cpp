@@ -221,70 +221,91 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int
 ///      B1 on odd ranks, B0 on even ranks)
 ///   7. (R-r-1) x W B0           8. (r+1) x W
 /// Deferred Ws run first in, first out.
+StageOrder dualpipe_v_rank(int R, int r, int m) {
+  StageOrder o;
+  std::array<int, 2> nf{0, 0}, nb{0, 0};
+  std::vector<std::pair<int, int>> deferred;  // (chunk, micro-batch), FIFO
+  std::size_t head = 0;
+  auto F = [&](int c) { o.push_back({Phase::Forward, nf[c]++, c}); };
+  auto B = [&](int c, bool defer_w) {
+    const int mb = nb[c]++;
+    o.push_back({Phase::Backward, mb, c});
+    if (defer_w) deferred.push_back({c, mb});
+    return mb;
+  };
+  auto W_of = [&](int c, int mb) { o.push_back({Phase::WeightGrad, mb, c}); };
+  auto W = [&] {
+    if (head < deferred.size()) {
+      W_of(deferred[head].first, deferred[head].second);
+      ++head;
+    }
+  };
+  auto BW = [&](int c) { W_of(c, B(c, false)); };
+  auto overlap = [&](int fc, int bc) {  // F(fc) & full B(bc)
+    const int mb = B(bc, false);
+    F(fc);
+    W_of(bc, mb);
+  };
+  for (int i = 0; i < 2 * (R - r - 1); ++i) F(0);
+  for (int i = 0; i < r + 1; ++i) {
+    F(0);
+    F(1);
+  }
+  for (int i = 0; i < R - r - 1; ++i) {
+    B(1, true);
+    W();
+    F(1);
+  }
+  for (int i = 0; i < m - 2 * R + r + 1; ++i) {
+    if (i == 0 && r == R - 1) {
+      F(0);
+      BW(1);
+    } else {
+      overlap(0, 1);
+    }
+    overlap(1, 0);
+  }
+  for (int i = 0; i < R - r - 1; ++i) {
+    BW(1);
+    overlap(1, 0);
+  }
+  bool zb = false;
+  for (int i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
+    if (zb) B(1, true);
+    else BW(1);
+    if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
+    if (zb) B(0, true);
+    else BW(0);
+  }
+  for (int i = 0; i < R - r - 1; ++i) {
+    W();
+    B(0, true);
+  }
+  while (head < deferred.size()) W();
+  return o;
+}
+
 std::vector<StageOrder> dualpipe_v(int R, int m) {
   std::vector<StageOrder> out(static_cast<std::size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    StageOrder& o = out[static_cast<std::size_t>(r)];
-    std::array<int, 2> nf{0, 0}, nb{0, 0};
-    std::vector<std::pair<int, int>> deferred;  // (chunk, micro-batch), FIFO
-    std::size_t head = 0;
-    auto F = [&](int c) { o.push_back({Phase::Forward, nf[c]++, c}); };
-    auto B = [&](int c, bool defer_w) {
-      const int mb = nb[c]++;
-      o.push_back({Phase::Backward, mb, c});
-      if (defer_w) deferred.push_back({c, mb});
-      return mb;
-    };
-    auto W_of = [&](int c, int mb) { o.push_back({Phase::WeightGrad, mb, c}); };
-    auto W = [&] {
-      if (head < deferred.size()) {
-        W_of(deferred[head].first, deferred[head].second);
-        ++head;
-      }
-    };
-    auto BW = [&](int c) { W_of(c, B(c, false)); };
-    auto overlap = [&](int fc, int bc) {  // F(fc) & full B(bc)
-      const int mb = B(bc, false);
-      F(fc);
-      W_of(bc, mb);
-    };
-    for (int i = 0; i < 2 * (R - r - 1); ++i) F(0);
-    for (int i = 0; i < r + 1; ++i) {
-      F(0);
-      F(1);
+  for (int r = 0; r < R; ++r) out[static_cast<std::size_t>(r)] = dualpipe_v_rank(R, r, m);
+  return out;
+}
+
+/// DualPipe (DeepSeek's dualpipe.py): the same eight phases on p/2 rank pairs with m/2
+/// micro-batches per direction. Rank r plays rank min(r, p-1-r) of DualPipeV; its phase 0 is
+/// the direction that reaches it first (chunk 0, fed from device 0, on the first half of the
+/// ranks; chunk 1, fed from device p - 1, on the second half). Chunk 1's micro-batches are
+/// numbered after chunk 0's.
+std::vector<StageOrder> dualpipe(int p, int m) {
+  std::vector<StageOrder> out(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    const bool second_half = r >= p / 2;
+    for (PipeOp op : dualpipe_v_rank(p / 2, std::min(r, p - 1 - r), m / 2)) {
+      if (second_half) op.chunk = 1 - op.chunk;
+      if (op.chunk == 1) op.microbatch += m / 2;
+      out[static_cast<std::size_t>(r)].push_back(op);
     }
-    for (int i = 0; i < R - r - 1; ++i) {
-      B(1, true);
-      W();
-      F(1);
-    }
-    for (int i = 0; i < m - 2 * R + r + 1; ++i) {
-      if (i == 0 && r == R - 1) {
-        F(0);
-        BW(1);
-      } else {
-        overlap(0, 1);
-      }
-      overlap(1, 0);
-    }
-    for (int i = 0; i < R - r - 1; ++i) {
-      BW(1);
-      overlap(1, 0);
-    }
-    bool zb = false;
-    for (int i = 0; i < r + 1; ++i) {
-      if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
-      if (zb) B(1, true);
-      else BW(1);
-      if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
-      if (zb) B(0, true);
-      else BW(0);
-    }
-    for (int i = 0; i < R - r - 1; ++i) {
-      W();
-      B(0, true);
-    }
-    while (head < deferred.size()) W();
   }
   return out;
 }
@@ -296,6 +317,7 @@ std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m,
   if (kind == ScheduleKind::ZeroBubbleH1) return zero_bubble_h1(pp, m, costs);
   if (kind == ScheduleKind::ZeroBubbleV) return zero_bubble_v(pp, m, costs, 2 * pp);
   if (kind == ScheduleKind::DualPipeV) return dualpipe_v(pp, m);
+  if (kind == ScheduleKind::DualPipe) return dualpipe(pp, m);
   for (int s = 0; s < pp; ++s)
     out[s] = (kind == ScheduleKind::Interleaved && vpp > 1) ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
   return out;

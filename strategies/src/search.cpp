@@ -303,7 +303,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
   nlohmann::json j;
   j["tensor_model_parallel_size"] = p.tp;
   j["pipeline_model_parallel_size"] = p.pp;
-  if (p.vpp > 1) j["virtual_pipeline_model_parallel_size"] = p.vpp;
+  if (p.vpp > 1 && !bidirectional(p.schedule)) j["virtual_pipeline_model_parallel_size"] = p.vpp;
   if (p.schedule != ScheduleKind::OneFOneB && p.schedule != ScheduleKind::Interleaved)
     j["pipeline_schedule"] = schedule_name(p.schedule);
   if (m.is_moe()) {

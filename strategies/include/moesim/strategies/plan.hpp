@@ -40,7 +40,12 @@ enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 /// and the full backward of the other as one overlapped F&B pair (one's expert all-to-all
 /// under the other's compute), and zero-bubble weight-gradient deferral in warm-up and
 /// cool-down; needs at least 2p micro-batches.
-enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV };
+/// DualPipe (DeepSeek-V3): bidirectional; the model is cut into p stages and every device
+/// holds two of them, stage s for micro-batches fed from device 0 and stage p - 1 - s for those
+/// fed from device p - 1 (two parameter copies; internally two chunks, vpp = 2); DualPipeV's
+/// phases on p/2 rank pairs with half the micro-batches per direction; needs p even and an
+/// even number of micro-batches, at least 2p.
+enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV, DualPipe };
 /// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
 /// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
 enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };

@@ -37,10 +37,16 @@ using StageOrder = std::vector<PipeOp>;
 
 /// Whether the schedule runs weight gradients as passes of their own.
 [[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) {
-  return k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV;
+  return k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV ||
+         k == ScheduleKind::DualPipe;
 }
+/// DualPipe: two directions, each a whole pipeline over p positions (virtual stages 0..p-1 and
+/// p..2p-1, placed like a V); no hop between p - 1 and p; a micro-batch runs one direction.
+[[nodiscard]] inline bool bidirectional(ScheduleKind k) { return k == ScheduleKind::DualPipe; }
 /// Whether the schedule places a stage's two chunks as a V (virtual stages s and 2p - 1 - s).
-[[nodiscard]] inline bool v_shaped(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV; }
+[[nodiscard]] inline bool v_shaped(ScheduleKind k) {
+  return k == ScheduleKind::ZeroBubbleV || k == ScheduleKind::DualPipeV || k == ScheduleKind::DualPipe;
+}
 /// The scenario name of a schedule (`pipeline_schedule`).
 [[nodiscard]] inline const char* schedule_name(ScheduleKind k) {
   switch (k) {
@@ -49,12 +55,18 @@ using StageOrder = std::vector<PipeOp>;
     case ScheduleKind::ZeroBubbleH1: return "zb_h1";
     case ScheduleKind::ZeroBubbleV: return "zb_v";
     case ScheduleKind::DualPipeV: return "dualpipev";
+    case ScheduleKind::DualPipe: return "dualpipe";
   }
   return "1f1b";
 }
 /// Whether a backward followed by the forward of another micro-batch runs as one overlapped
 /// F&B pair by construction of the schedule (otherwise only with moe_fb_overlap).
-[[nodiscard]] inline bool pairs_forward_backward(ScheduleKind k) { return k == ScheduleKind::DualPipeV; }
+[[nodiscard]] inline bool pairs_forward_backward(ScheduleKind k) {
+  return k == ScheduleKind::DualPipeV || k == ScheduleKind::DualPipe;
+}
+/// The chunk a micro-batch runs in (bidirectional: the first half of the micro-batches from
+/// device 0 in chunk 0, the rest from device p - 1 in chunk 1); -1: all chunks.
+[[nodiscard]] inline int direction_of(ScheduleKind k, int m, int mb) { return bidirectional(k) ? (mb < m / 2 ? 0 : 1) : -1; }
 /// Pipeline stage and chunk of virtual stage v, and back (interleaved: v = chunk x p + stage).
 [[nodiscard]] inline int stage_of_virtual(ScheduleKind k, int pp, int v) {
   return v_shaped(k) ? (v < pp ? v : 2 * pp - 1 - v) : v % pp;
