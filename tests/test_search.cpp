@@ -117,3 +117,44 @@ TEST_CASE("search: an axis that leaves nothing, or a space too large, is bad inp
     CHECK(std::string(e.what()).find("narrow") != std::string::npos);
   }
 }
+
+TEST_CASE("search: a pipeline_schedule axis pairs each schedule with its chunk counts and finds the better schedule",
+          "[search][schedule]") {
+  // 32 micro-batches on 4 stages: every schedule runs.
+  const std::vector<std::string> narrow{"search.tp=[1]", "search.pp=[4]", "search.ep=[8]", "search.mbs=[1]",
+                                        "search.recompute=[\"none\"]", "search.moe_alltoall=[\"flat\"]",
+                                        "training.global_batch_size=256"};
+  std::vector<std::string> sets = narrow;
+  sets.push_back(R"(search.pipeline_schedule=["auto","zb_h1","zb_v","dualpipev","dualpipe"])");
+  const Scenario s = small(sets);
+  const SearchSpace space = parse_search_space(s);
+  CHECK(space.schedule.size() == 5);
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.top_k = 100;  // simulate all of them
+  const SearchReport r = search(s, space, opt);
+  std::set<std::string> suffixes;
+  for (const auto& rp : r.ranked) {
+    const std::string sched = rp.plan_json.value("pipeline_schedule", std::string("auto"));
+    suffixes.insert(sched + (rp.plan.vpp > 1 && !bidirectional(rp.plan.schedule) ? "/vpp2" : "/vpp1"));
+    // The plan as JSON pastes back into a scenario and simulates to the same step time.
+    nlohmann::json doc = s.document;
+    doc["parallelism"] = rp.plan_json;
+    doc.erase("search");
+    CHECK(simulate(load_scenario(doc, "t.json", "")).result.step_time_s == Approx(rp.step_time_s).epsilon(1e-9));
+  }
+  // auto = 1f1b (vpp 1) and interleaved (vpp 2); zb_h1 and dualpipe on vpp 1; zb_v, dualpipev on vpp 2.
+  CHECK(suffixes == std::set<std::string>{"auto/vpp1", "auto/vpp2", "zb_h1/vpp1", "zb_v/vpp2", "dualpipev/vpp2",
+                                          "dualpipe/vpp1"});
+  // With a long steady state the bidirectional and V schedules beat 1F1B.
+  REQUIRE_FALSE(r.ranked.empty());
+  CHECK(r.ranked.front().plan.schedule != ScheduleKind::OneFOneB);
+  CHECK(r.ranked.front().plan.schedule != ScheduleKind::Interleaved);
+  // A name that is not a schedule is bad input, with its path.
+  try {
+    parse_search_space(small({R"(search.pipeline_schedule=["auto","dualpip"])"}));
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.diagnostics()[0].pointer == "/search/pipeline_schedule/1");
+  }
+}

@@ -161,6 +161,7 @@ struct ShapeCache {
 struct ItemCost {
   double fwd_s = 0, bwd_s = 0;            ///< the layer's programs timed alone
   double fwd_compute_s = 0, bwd_compute_s = 0;
+  double wgrad_s = 0;                     ///< weight-gradient GEMMs of the backward
   std::array<double, kNumCats> comm_s{};  ///< communication durations by category (fwd + bwd)
   double act_bytes = 0, transient = 0, params_dense = 0, params_expert = 0;
 };
@@ -2198,6 +2199,8 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
     ItemCost c;
     c.fwd_s = time_program(ip.fwd, c.fwd_compute_s, c.comm_s);
     c.bwd_s = time_program(ip.bwd, c.bwd_compute_s, c.comm_s);
+    for (const Step& st : ip.bwd.steps)
+      if (st.wgrad) c.wgrad_s += to_seconds(st.duration).value();
     c.act_bytes = ip.act_bytes;
     c.transient = ip.transient;
     c.params_dense = ip.params_dense;
@@ -2220,6 +2223,7 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
 
   // Stages: per micro-batch forward and backward time, memory.
   std::vector<double> F(pp, 0.0), B(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0), trans(pp, 0.0);
+  std::vector<double> Cmp(pp, 0.0), Wg(pp, 0.0);  // compute and weight-gradient time per micro-batch
   std::vector<double> pd(pp, 0.0), pe(pp, 0.0);
   double compute_total = 0, comm_total = 0;
   std::array<double, kNumCats> comm_cat{};
@@ -2237,6 +2241,8 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
         const ItemCost& c = cost_of(idx, full);
         F[st] += c.fwd_s;
         B[st] += c.bwd_s;
+        Cmp[st] += c.fwd_compute_s + c.bwd_compute_s;
+        Wg[st] += c.wgrad_s;
         act += c.act_bytes;
         trans[st] = std::max(trans[st], c.transient);
         pd[st] += c.params_dense;
@@ -2256,14 +2262,25 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   const double dense_shard = p_.distributed_optimizer ? static_cast<double>(p_.dp * p_.cp) : 1.0;
   const double expert_shard = p_.distributed_optimizer ? static_cast<double>(lay_.edp) : 1.0;
   e.capacity_bytes = s_.cluster.device.hbm_capacity.value();
+  const ScheduleKind sk = p_.schedule;
+  const bool bidir = bidirectional(sk);
   for (int st = 0; st < pp; ++st) {
+    // Chunk activations alive at the peak, as the schedules generate them (the zero-bubble
+    // ones hold a chunk's activations until its W).
     int alive = 0;
-    if (vpp > 1) {
+    if (sk == ScheduleKind::ZeroBubbleV || sk == ScheduleKind::DualPipeV) {
+      alive = std::min(2 * m, 2 * pp + 1);
+    } else if (bidir) {
+      alive = std::min(m, pp + 1);  // DeepSeek's table: PP + 1 micro-batches
+    } else if (vpp > 1) {
       const int total = m * vpp;
       const int warm = (m == pp) ? total : std::min((pp - st - 1) * 2 + (vpp - 1) * pp, total);
       alive = std::min(total, warm + 1);
     } else {
       alive = std::min(pp - st, m);
+      // Deferred Ws keep a few more micro-batches (the lowering's list schedule: +3 on the
+      // 718B's peak stage, +1..2 on a 4-stage Llama): two.
+      if (sk == ScheduleKind::ZeroBubbleH1) alive = std::min(m, alive + 2);
     }
     double act = alive * (act_sum[st] / vpp);
     // Swapped activations (all chunks but the one prefetched) and optimizer states, as in the
@@ -2293,7 +2310,35 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
     const double bytes = static_cast<double>(m_.hidden) * models::kActivationBytes * tok_.Tseq;
     p2p = p2p_time(bytes, topo_.route(0, lay_.block)).value();
   }
-  const double pipe = m * tmax + (tsum - tmax) / vpp + 2.0 * (pp - 1) * p2p;
+  // Fill and drain: 1F1B's (p - 1) passes of the other stages, shortened by the schedule.
+  // Zero-bubble: W fills them ((p - 1)(F + B - W), Qi et al.; ZB-V in half-size chunks);
+  // DualPipe(V): (p/2 - 1)(F&B + B - 3W) in whole stages (DeepSeek's table), and the steady
+  // state runs F&B pairs whose all-to-alls hide behind the other pass's compute (so does
+  // moe_fb_overlap's). DualPipe runs each micro-batch on one of a device's two stages.
+  double wsum = 0;
+  for (int st = 0; st < pp; ++st) wsum += Wg[st];
+  const double half = bidir ? 0.5 : 1.0;  // per micro-batch, a DualPipe device runs one of its two stages
+  const double w_share = tsum > 0 ? wsum / tsum : 0.0;
+  const bool paired = pairs_forward_backward(sk) || p_.fb_overlap;
+  // Steady state per micro-batch on the slowest stage: paired passes cost their compute or
+  // their communication, whichever is longer.
+  const double t_steady = paired ? half * std::max(Cmp[slow], tmax - Cmp[slow]) : half * tmax;
+  double fill = (tsum - tmax) / vpp;
+  switch (sk) {
+    case ScheduleKind::ZeroBubbleH1: fill = (tsum - tmax) * (1.0 - w_share); break;
+    case ScheduleKind::ZeroBubbleV: fill = 0.5 * (tsum - tmax) * std::max(0.0, 1.0 - 2.0 * w_share); break;
+    case ScheduleKind::DualPipe:
+    case ScheduleKind::DualPipeV: {
+      // DeepSeek's PP counts stages: DualPipe's p, each half of a device's two; DualPipeV's 2p
+      // chunks, each half of a device's pair.
+      const double n = bidir ? pp / 2.0 - 1.0 : pp - 1.0;
+      const double pair = std::max(Cmp[slow], tmax - Cmp[slow]);
+      fill = std::max(0.0, n * 0.5 * (pair + B[slow] - 3.0 * Wg[slow]));
+      break;
+    }
+    default: break;
+  }
+  const double pipe = m * t_steady + fill + 2.0 * (pp - 1) * p2p;
   // Data-parallel traffic and how much of it the last backward / first forward hides.
   double dp_exposed = 0;
   {
@@ -2325,9 +2370,9 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   // Where the time goes, for the "main bottleneck" column.
   const double per_mb = F[0] + B[0];
   const double frac_comm = per_mb > 0 ? comm_total / per_mb : 0.0;
-  e.compute_s = m * tmax * (1.0 - frac_comm);
-  e.exposed_comm_s = m * tmax * frac_comm;
-  e.bubble_s = pipe - m * tmax;
+  e.compute_s = m * half * tmax * (1.0 - frac_comm);
+  e.exposed_comm_s = std::max(0.0, m * t_steady - e.compute_s);
+  e.bubble_s = pipe - m * t_steady;
   e.dp_exposed_s = dp_exposed;
   double worst = e.compute_s;
   e.bottleneck = "compute";

@@ -30,7 +30,7 @@ double SearchSpace::size() const {
   double n = 1;
   for (std::size_t k : {tp.size(), pp.size(), vpp.size(), ep.size(), etp.size(), cp.size(), mbs.size(),
                         tp_extend_ep.size(), distributed_optimizer.size(), tp_comm_overlap.size(), overlap_dp.size(),
-                        alltoall.size(), recompute.size()})
+                        alltoall.size(), recompute.size(), schedule.size()})
     n *= static_cast<double>(k);
   return n;
 }
@@ -53,6 +53,9 @@ nlohmann::json SearchSpace::to_json() const {
   for (const auto& r : recompute) rc.push_back(r.name);
   j["moe_alltoall"] = a2a;
   j["recompute"] = rc;
+  std::vector<std::string> sched;
+  for (int k : schedule) sched.push_back(k < 0 ? "auto" : schedule_name(static_cast<ScheduleKind>(k)));
+  j["pipeline_schedule"] = sched;
   j["objective"] = objective_name(objective);
   j["top_k"] = top_k;
   j["fidelity"] = fidelity_name(fidelity);
@@ -192,6 +195,24 @@ SearchSpace parse_search_space(const Scenario& s) {
     sp.alltoall = moe ? std::vector<AllToAllAlgo>{AllToAllAlgo::Flat, AllToAllAlgo::Hierarchical}
                       : std::vector<AllToAllAlgo>{AllToAllAlgo::Flat};
   }
+  // Pipeline schedules: "auto" (absent) or a name or a list of names.
+  if (const auto* v = r.get({"pipeline_schedule"}); v != nullptr && !(v->is_string() && v->get<std::string>() == "auto")) {
+    const std::string ptr = r.child_pointer("pipeline_schedule");
+    const std::vector<nlohmann::json> vals = v->is_array() ? v->get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{*v};
+    if (vals.empty()) diag.error(ptr, "[]", "must list at least one schedule (or be \"auto\")");
+    sp.schedule.clear();
+    for (std::size_t i = 0; i < vals.size(); ++i) {
+      int kind = -2;
+      if (vals[i] == "auto") kind = -1;
+      for (int k = 0; k <= static_cast<int>(ScheduleKind::DualPipe); ++k)
+        if (vals[i] == schedule_name(static_cast<ScheduleKind>(k))) kind = k;
+      if (kind == -2)
+        diag.error(v->is_array() ? ptr + "/" + std::to_string(i) : ptr, json_brief(vals[i]),
+                   "must be \"auto\", \"1f1b\", \"interleaved_1f1b\", \"zb_h1\", \"zb_v\", \"dualpipev\" or \"dualpipe\"");
+      else if (std::find(sp.schedule.begin(), sp.schedule.end(), kind) == sp.schedule.end())
+        sp.schedule.push_back(kind);
+    }
+  }
   // Recomputation: "none", "selective" (the scenario's modules, else Megatron's core_attn),
   // "full", or a list of module names.
   const std::uint32_t scenario_modules =
@@ -279,7 +300,7 @@ SearchSpace parse_search_space(const Scenario& s) {
     std::ostringstream os;
     os << "has " << sp.size() << " plans (tp " << sp.tp.size() << " x pp " << sp.pp.size() << " x vpp " << sp.vpp.size()
        << " x ep " << sp.ep.size() << " x etp " << sp.etp.size() << " x cp " << sp.cp.size() << " x mbs " << sp.mbs.size()
-       << " x recompute " << sp.recompute.size() << " x flags " << sp.tp_extend_ep.size() * sp.tp_comm_overlap.size() *
+       << " x recompute " << sp.recompute.size() << " x schedules " << sp.schedule.size() << " x flags " << sp.tp_extend_ep.size() * sp.tp_comm_overlap.size() *
                                                                         sp.alltoall.size() * sp.distributed_optimizer.size() *
                                                                         sp.overlap_dp.size()
        << "), more than max_plans=" << sp.max_plans
@@ -296,6 +317,7 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
      << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "");
+  if (p.schedule != ScheduleKind::OneFOneB && p.schedule != ScheduleKind::Interleaved) os << "-" << schedule_name(p.schedule);
   return os.str();
 }
 
@@ -422,14 +444,15 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
                                          space.ep.size(),  space.tp_extend_ep.size(), space.etp.size(),
                                          space.cp.size(),  space.mbs.size(),          space.recompute.size(),
                                          space.distributed_optimizer.size(), space.alltoall.size(),
-                                         space.tp_comm_overlap.size(), space.overlap_dp.size()};
+                                         space.tp_comm_overlap.size(), space.overlap_dp.size(),
+                                         space.schedule.size()};
   const bool plain_etp1 = std::find(space.etp.begin(), space.etp.end(), 1) != space.etp.end() &&
                           std::find(space.tp_extend_ep.begin(), space.tp_extend_ep.end(), false) != space.tp_extend_ep.end();
   auto has_plain_twin = [&](int ep_size) {
     return plain_etp1 && std::find(space.ep.begin(), space.ep.end(), ep_size) != space.ep.end();
   };
   auto make_plan = [&](std::size_t index, Plan& p, std::string& rc_name) {
-    std::array<std::size_t, 13> d{};
+    std::array<std::size_t, 14> d{};
     for (std::size_t k = radices.size(); k-- > 0;) {
       d[k] = index % radices[k];
       index /= radices[k];
@@ -469,7 +492,35 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
     p.partition = "auto";
     p.layers_per_stage.clear();
     p.first_stage_layers = p.last_stage_layers = -1;
-    p.schedule = p.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+    // A schedule runs on its own chunk counts: zb_h1 and dualpipe on vpp 1 (dualpipe then holds
+    // two stages per device), zb_v and dualpipev on vpp 2; 1f1b on 1, interleaved on more.
+    const int sk = space.schedule[d[13]];
+    if (sk < 0) {
+      p.schedule = p.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+    } else {
+      p.schedule = static_cast<ScheduleKind>(sk);
+      switch (p.schedule) {
+        case ScheduleKind::OneFOneB:
+        case ScheduleKind::ZeroBubbleH1:
+          if (p.vpp != 1) return false;
+          break;
+        case ScheduleKind::Interleaved:
+          if (p.vpp < 2) return false;
+          break;
+        case ScheduleKind::ZeroBubbleV:
+        case ScheduleKind::DualPipeV:
+          if (p.vpp != 2) return false;
+          break;
+        case ScheduleKind::DualPipe:
+          if (p.vpp != 1) return false;
+          p.vpp = 2;
+          break;
+      }
+      // "auto" already covers 1f1b and interleaved.
+      if (!space.schedule.empty() && std::find(space.schedule.begin(), space.schedule.end(), -1) != space.schedule.end() &&
+          (p.schedule == ScheduleKind::OneFOneB || p.schedule == ScheduleKind::Interleaved))
+        return false;
+    }
     return plan_is_valid(p, base.training, base.model, base.cluster);
   };
 

@@ -41,6 +41,9 @@ struct SearchSpace {
   std::vector<bool> tp_extend_ep, distributed_optimizer, tp_comm_overlap, overlap_dp;
   std::vector<AllToAllAlgo> alltoall;
   std::vector<RecomputeChoice> recompute;
+  /// Pipeline schedules to try: -1 is "auto" (1F1B, or interleaved when vpp > 1), otherwise a
+  /// ScheduleKind; a schedule only pairs with the vpp values it runs on.
+  std::vector<int> schedule{-1};
   Objective objective = Objective::TokensPerSecond;
   double train_tokens = 0;        ///< for time_to_train / cost (0: not given)
   int top_k = 32;
