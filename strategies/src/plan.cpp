@@ -602,8 +602,8 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
     {"dp", "data_parallel_size"},            {"mbs", "micro_batch_size"},
 };
 
-/// `--set parallelism.ep=8` (or `search.ep=[8,16]`) on a scenario that spells the key out
-/// overrides that key (and the other way round) instead of creating a second spelling of it.
+}  // namespace
+
 std::string canonical_override(const nlohmann::json& doc, const std::string& assignment) {
   for (const std::string section : {"parallelism", "search"}) {
     const std::string prefix = section + ".";
@@ -621,7 +621,6 @@ std::string canonical_override(const nlohmann::json& doc, const std::string& ass
   }
   return assignment;
 }
-}  // namespace
 
 Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides) {
   const std::string file = path == "-" ? "<stdin>" : path;

@@ -247,37 +247,12 @@ ScenarioInput scenario_input(py::handle scenario, py::handle overrides, py::hand
   return in;
 }
 
-/// `parallelism.ep=8` on a document that spells the key out overrides that key rather than
-/// adding a second spelling — the rule load_scenario_file applies to the CLI's --set
-/// (strategies/src/plan.cpp), repeated here for scenarios given as dicts.
-std::string canonical_override(const json& doc, const std::string& assignment) {
-  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
-      {"tp", "tensor_model_parallel_size"},  {"pp", "pipeline_model_parallel_size"},
-      {"vpp", "virtual_pipeline_model_parallel_size"}, {"ep", "expert_model_parallel_size"},
-      {"etp", "expert_tensor_parallel_size"}, {"cp", "context_parallel_size"},
-      {"dp", "data_parallel_size"},          {"mbs", "micro_batch_size"},
-  };
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos) return assignment;
-  for (const std::string section : {"parallelism", "search"}) {
-    const std::string prefix = section + ".";
-    if (assignment.rfind(prefix, 0) != 0 || !doc.contains(section) || !doc[section].is_object()) continue;
-    const std::string key = assignment.substr(prefix.size(), eq - prefix.size());
-    const auto& sec = doc[section];
-    for (auto [alias, full] : kAliases) {
-      if (key == alias && !sec.contains(key) && sec.contains(full)) return prefix + std::string(full) + assignment.substr(eq);
-      if (key == full && !sec.contains(key) && sec.contains(alias)) return prefix + std::string(alias) + assignment.substr(eq);
-    }
-  }
-  return assignment;
-}
-
 /// Loads like the CLI (call without the GIL). Throws moesim::ConfigError.
 st::Scenario load(const ScenarioInput& in) {
   if (in.path) return st::load_scenario_file(*in.path, in.overrides);
   json doc = in.document;
   moesim::Diagnostics set_diag(kDictFile);
-  for (const auto& o : in.overrides) moesim::apply_override(doc, canonical_override(doc, o), set_diag);
+  for (const auto& o : in.overrides) moesim::apply_override(doc, st::canonical_override(doc, o), set_diag);
   set_diag.throw_if_any();
   return st::load_scenario(doc, kDictFile, "");
 }

@@ -179,6 +179,11 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
 /// Reads SCENARIO ("-" for stdin), applies `--set` overrides, loads. Throws ConfigError.
 Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides);
 
+/// `parallelism.ep=8` (or `search.ep=[8,16]`) on a scenario that spells the key out overrides
+/// that key (and the other way round) instead of creating a second spelling of it: the
+/// assignment rewritten to the document's spelling (load_scenario_file applies it to --set).
+std::string canonical_override(const nlohmann::json& doc, const std::string& assignment);
+
 /// Checks divisibility and consistency of a plan against the model and cluster, deriving dp
 /// and the number of micro-batches. Problems go to `diag` (JSON paths under /parallelism).
 void validate_plan(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
