@@ -6,6 +6,7 @@
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
 //   moesim presets  [models|devices|clusters]
 //   moesim plan     SCENARIO --tokens 10T [--deadline 30d] [--devices 2048:16384] [--format table|json] [--threads N]
+//   moesim rl       SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--no-wall-time]
 //   moesim report   SCENARIO --out report.html [--set ...] [--devices LIST] [--tokens 10T] [--top K]
 //
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
@@ -27,6 +28,7 @@
 #include "html_report.hpp"
 #include "moesim/strategies/capacity.hpp"
 #include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/rl.hpp"
 #include "moesim/strategies/simulate.hpp"
 #include "report.hpp"
 #include "validate.hpp"
@@ -283,6 +285,27 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
   return 0;
 }
 
+int cmd_rl(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
+           const std::string& trace, bool no_wall_time) {
+  const strategies::RlScenario s = strategies::load_rl_scenario_file(path, sets);
+  const strategies::RlSimulation sim = strategies::simulate_rl(s);
+  if (!trace.empty()) {
+    std::ofstream out(trace);
+    if (!out) {
+      std::cerr << "moesim rl: cannot write the trace to " << trace << "\n";
+      return 2;
+    }
+    strategies::write_rl_trace(out, sim);
+  }
+  if (format == "json") std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
+  else std::cout << strategies::format_rl_table(sim.result, s, !no_wall_time);
+  if (!sim.result.feasible) {
+    if (format != "json") std::cerr << "moesim rl: infeasible: " << sim.result.infeasible_reason << "\n";
+    return 3;
+  }
+  return 0;
+}
+
 int cmd_presets(const std::string& which) {
   auto print = [](const char* title, const std::vector<std::string>& names) {
     std::cout << title << ":\n";
@@ -386,6 +409,13 @@ int main(int argc, char** argv) {
   rpt->add_flag("--no-scaling", no_scaling, "skip the cluster-size sweep and the capacity answer");
   rpt->add_flag("--wall-time", wall_time, "print the generation time in the footer (output no longer byte-identical)");
 
+  auto* rlc = app.add_subcommand("rl", "simulate RL post-training steps: rollout, reference/reward, training, weight sync");
+  rlc->add_option("SCENARIO", scenario, "scenario JSON file with an \"rl\" section, or - for standard input")->required();
+  rlc->add_option("--set", sets, "override a scenario key by its dotted path: --set rl.staleness=1");
+  rlc->add_option("--format", format, "output format")->check(CLI::IsMember({"table", "json"}));
+  rlc->add_option("--trace", trace, "write a Chrome trace-event JSON of the RL steps (open in Perfetto)");
+  rlc->add_flag("--no-wall-time", no_wall_time, "omit the simulator's wall time (byte-identical output)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -399,6 +429,7 @@ int main(int argc, char** argv) {
     if (*val) return cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
     if (*presets) return cmd_presets(which);
     if (*plan) return cmd_plan(scenario, sets, cap, format);
+    if (*rlc) return cmd_rl(scenario, sets, format, trace, no_wall_time);
     if (*rpt) {
       if (cap.tokens.empty()) cap.tokens = "10T";
       return cmd_report(scenario, sets, fidelity, report_out, cap, rpt->get_option("--top")->count() > 0 ? top : 5, no_search,
