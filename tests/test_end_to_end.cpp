@@ -172,4 +172,14 @@ TEST_CASE("end to end: full recomputation adds exactly the decoder layers' forwa
   const double per_token_layer = 2 * 4 * h * h + 2 * 3 * h * f + 2 * seq * h;
   CHECK(executed(full) - executed(none) == Approx(L * per_token_layer * gbs * seq).epsilon(0.01));
   CHECK(model(full) == Approx(model(none)).epsilon(1e-9));
+  // The activation-memory saving is reported against the same schedule without recomputation.
+  const MemoryBreakdown& a = none.stages[0].memory;
+  const MemoryBreakdown& b = full.stages[0].memory;
+  CHECK(a.activations == Approx(a.activations_unoptimised));
+  CHECK(b.activations_unoptimised == Approx(a.activations_unoptimised));
+  // Full recomputation keeps each decoder layer's input only (h x s BF16 values per layer); the
+  // head's FP32 logits (vocab x s x 4 bytes) stay either way.
+  const double logits = 32000.0 * seq * 4;
+  CHECK(b.activations >= L * h * seq * 2 + logits * 0.999);
+  CHECK(b.activations - logits < 0.1 * (b.activations_unoptimised - logits));
 }

@@ -479,6 +479,9 @@ TEST_CASE("swap: activations in host memory lower peak memory by the swapped byt
     // Every byte not on the device is in host memory: the device total drops by exactly that.
     CHECK(b.total() == Approx(a.total() - b.swapped));
     CHECK(b.activations + b.swapped == Approx(a.activations));
+    // No recomputation here: without swapping nothing is saved; with it, the swapped bytes.
+    CHECK(a.activations == Approx(a.activations_unoptimised));
+    CHECK(b.activations_unoptimised == Approx(a.activations_unoptimised));
   }
   CHECK(sw.result.peak_memory_bytes < plain.result.peak_memory_bytes);
   // Copies on the host link: each chunk's swapped bytes out and back at host_bandwidth; the

@@ -1536,6 +1536,7 @@ Lowered Lowering::run() {
   chunk_item_params_.assign(p_.pp, std::vector<std::vector<std::pair<double, double>>>(p_.vpp));
   std::vector<std::vector<double>>& chunk_act = chunk_act_;
   chunk_act.assign(p_.pp, std::vector<double>(p_.vpp, 0.0));
+  std::vector<std::vector<double>> chunk_act_full(p_.pp, std::vector<double>(p_.vpp, 0.0));  // no recomputation
   std::vector<double> stage_flops(p_.pp, 0.0);
 
   for (int stage = 0; stage < p_.pp; ++stage) {
@@ -1576,6 +1577,7 @@ Lowered Lowering::run() {
         si.params_dense += ip.params_dense;
         si.params_expert += ip.params_expert;
         chunk_act[stage][c] += ip.act_bytes;
+        chunk_act_full[stage][c] += ip.act_bytes_full;
         transient = std::max(transient, ip.transient);
         si.forward_seconds += ip.fwd_seconds;
         si.backward_seconds += ip.bwd_seconds;
@@ -1632,23 +1634,27 @@ Lowered Lowering::run() {
       mem.optimizer = std::min(mem.optimizer, 12.0 * 40e6);
     }
     // In-flight activations follow the stage's schedule.
-    double cur = 0, peak = 0;
+    double cur = 0, peak = 0, cur_full = 0, peak_full = 0;
     int alive = 0, peak_alive = 0;
     // With separate W passes the inputs the weight gradients need stay until W.
     const Phase frees = splits_weight_gradients(p_.schedule) ? Phase::WeightGrad : Phase::Backward;
     for (const PipeOp& op : out_.schedule[stage]) {
       if (op.phase == Phase::Forward) {
         cur += chunk_act[stage][op.chunk];
+        cur_full += chunk_act_full[stage][op.chunk];
         ++alive;
       } else if (op.phase == frees) {
         cur -= chunk_act[stage][op.chunk];
+        cur_full -= chunk_act_full[stage][op.chunk];
         --alive;
       }
       if (cur > peak) {
         peak = cur;
         peak_alive = alive;
       }
+      peak_full = std::max(peak_full, cur_full);
     }
+    mem.activations_unoptimised = peak_full;
     // Swapping: a fraction of every chunk's saved activations waits in host memory between its
     // forward and its backward; one chunk's worth is back on the device (prefetched) at a time.
     const double f = p_.swap_activations;

@@ -380,6 +380,8 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
                       {"transient_bytes", m.transient},
                       {"reserved_bytes", m.reserved},
                       {"swapped_to_host_bytes", m.swapped},
+                      {"activations_unoptimised_bytes", m.activations_unoptimised},
+                      {"activation_saving", m.activations_unoptimised > 0 ? 1.0 - m.activations / m.activations_unoptimised : 0.0},
                       {"peak_inflight_microbatch_chunks", m.peak_inflight},
                       {"breakdown_s", bd}});
   }

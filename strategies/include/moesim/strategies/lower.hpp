@@ -57,6 +57,9 @@ struct MemoryBreakdown {
   double reserved = 0;     ///< runtime, communication buffers, fragmentation
   int peak_inflight = 0;   ///< micro-batch chunks alive at the activation peak
   double swapped = 0;      ///< activation bytes held in host memory at the peak (not in total())
+  /// In-flight activations at the peak under the same schedule without recomputation or
+  /// swapping: what the memory optimisations save is 1 - activations / this.
+  double activations_unoptimised = 0;
   [[nodiscard]] double total() const { return weights + gradients + optimizer + activations + transient + reserved; }
 };
 
