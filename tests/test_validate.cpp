@@ -103,3 +103,48 @@ TEST_CASE("validate: Megatron pipeline layouts become layer counts per virtual s
   const strategies::Scenario s = strategies::load_scenario(conv.scenario, "t", "");
   CHECK(s.plan.ep_size() == 32);
 }
+
+TEST_CASE("validate: model-zoo cases split layers + embedding + loss evenly and overlap DP; FSDP overlaps",
+          "[validate]") {
+  // Qwen3-235B (case_160 shape): 94 layers + embedding + loss = 96 slots over PP8 x VPP4 = 32
+  // virtual stages, 3 each: the first and last virtual stages hold 2 layers (Megatron's
+  // --account-for-embedding/loss-in-pipeline-split in the zoo's benchmarking yaml).
+  json c = json::parse(R"J({
+    "id": "case_160", "category": "megatron_moe_modelzoo",
+    "model": {"name": "Qwen3-235B-A22B", "type": "moe", "layers": 94, "hidden": 4096, "heads": 64, "kv_heads": 4,
+      "vocab": 151936, "seq_len": 4096, "arch_notes": "head_dim 128, QK-norm",
+      "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden": 1536, "shared_experts": 0, "dense_layers": 0}},
+    "hardware": {"device": "NVIDIA H100 80GB", "count": 256, "precision": "bf16"},
+    "parallelism": {"tp": 4, "pp": 8, "vpp": 4, "dp": 8, "cp": 1, "ep": 8, "etp": 1, "sequence_parallel": true,
+                    "zero_or_fsdp": "distributed optimizer", "token_dispatcher": "DeepEP"},
+    "batch": {"micro_batch": 1, "global_batch": 2048}, "recompute": "none",
+    "measured": {"step_time_s": 29.0}, "flops_definition": "Megatron-Core num_floating_point_operations"})J");
+  ConvertedCase conv = case_to_scenario(c);
+  REQUIRE(conv.skip_reason.empty());
+  const auto counts = conv.scenario["parallelism"]["pipeline_layer_partition"].get<std::vector<int>>();
+  REQUIRE(counts.size() == 32);
+  CHECK(counts.front() == 2);
+  CHECK(counts[1] == 3);
+  CHECK(counts.back() == 2);
+  CHECK(conv.scenario["parallelism"]["overlap_grad_reduce"] == true);
+  CHECK(conv.scenario["parallelism"]["overlap_param_gather"] == true);
+  // PP32 x VPP3 = 96 virtual stages: embedding alone on the first, the loss alone on the last.
+  c["parallelism"]["pp"] = 32;
+  c["parallelism"]["vpp"] = 3;
+  conv = case_to_scenario(c);
+  const auto c96 = conv.scenario["parallelism"]["pipeline_layer_partition"].get<std::vector<int>>();
+  REQUIRE(c96.size() == 96);
+  CHECK(c96.front() == 0);
+  CHECK(c96[1] == 1);
+  CHECK(c96.back() == 0);
+  CHECK_NOTHROW(strategies::load_scenario(conv.scenario, "t", ""));
+  // Outside the zoo, Megatron-FSDP still overlaps its gathers and reduce-scatters.
+  c["category"] = "other";
+  c["parallelism"]["pp"] = 1;
+  c["parallelism"]["vpp"] = nullptr;
+  c["parallelism"]["zero_or_fsdp"] = "Megatron-FSDP on";
+  conv = case_to_scenario(c);
+  CHECK(conv.scenario["parallelism"]["pipeline_layer_partition"] == "auto");
+  CHECK(conv.scenario["parallelism"]["overlap_grad_reduce"] == true);
+  CHECK(conv.scenario["parallelism"]["overlap_param_gather"] == true);
+}

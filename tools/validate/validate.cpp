@@ -424,9 +424,18 @@ ConvertedCase case_to_scenario(const json& c) {
   }
   p["use_distributed_optimizer"] = distopt;
   if (has(zero, "fsdp")) notes.push_back("FSDP approximated by the distributed optimizer");
-  if (has(overlap, "overlap-grad-reduce") || (nemo && distopt)) p["overlap_grad_reduce"] = true;
-  if (distopt && (has(overlap, "overlap-param-gather") || nemo)) p["overlap_param_gather"] = true;
+  // The Megatron-MoE-ModelZoo benchmarking configs (model_configs/benchmarking/*.yaml) pass
+  // --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer, and
+  // Megatron-FSDP overlaps its parameter gathers and gradient reduce-scatters with compute by
+  // design (Megatron Core developer guide, "Megatron FSDP": communication/computation overlap).
+  const bool zoo = category == "megatron_moe_modelzoo";
+  const bool dp_overlap = (nemo || zoo || has(zero, "fsdp")) && distopt;
+  if (has(overlap, "overlap-grad-reduce") || dp_overlap) p["overlap_grad_reduce"] = true;
+  if (distopt && (has(overlap, "overlap-param-gather") || dp_overlap)) p["overlap_param_gather"] = true;
   if (nemo && distopt && overlap.empty()) notes.push_back("NeMo default: gradient and parameter overlap");
+  if (!nemo && dp_overlap && overlap.empty())
+    notes.push_back(zoo ? "Megatron-MoE-ModelZoo config: --overlap-grad-reduce --overlap-param-gather"
+                        : "Megatron-FSDP: gradient and parameter communication overlapped");
 
   // Recomputation.
   const std::string rec = lower(text_of(c, "recompute"));
@@ -450,9 +459,23 @@ ConvertedCase case_to_scenario(const json& c) {
   }
 
   // Pipeline layout and token dispatcher.
+  const int num_layers = int_of(c["model"], "layers").value_or(0);
+  const int vstages = pp * std::max(1, int_of(par, "vpp").value_or(1));
   if (const std::string layout = text_of(par, "pp_layout"); !layout.empty()) {
     if (auto counts = parse_pp_layout(layout)) p["pipeline_layer_partition"] = *counts;
     else notes.push_back("pipeline layout \"" + layout + "\" not understood: automatic partition");
+  } else if (category == "megatron_moe_modelzoo" && pp > 1 && num_layers > 0 && (num_layers + 2) % vstages == 0) {
+    // The model zoo's benchmarking configs (model_configs/benchmarking/*.yaml) pass
+    // --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split:
+    // Megatron splits layers + 2 evenly over the virtual stages, the embedding taking one
+    // layer's slot on the first and the loss one on the last (which leaves the heavy output
+    // layer on a stage that is not lighter by its real cost).
+    const int per = (num_layers + 2) / vstages;
+    json counts = json::array();
+    for (int v = 0; v < vstages; ++v) counts.push_back(per - (v == 0 ? 1 : 0) - (v == vstages - 1 ? 1 : 0));
+    p["pipeline_layer_partition"] = counts;
+    notes.push_back(fmt::format("Megatron-MoE-ModelZoo: even split of {} layers + embedding + loss, {} per virtual stage",
+                                num_layers, per));
   } else {
     p["pipeline_layer_partition"] = "auto";
   }
