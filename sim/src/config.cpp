@@ -26,15 +26,6 @@ std::string join_diagnostics(const std::vector<Diagnostic>& d) {
   return s;
 }
 
-std::string escape_pointer_token(std::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
 
 std::size_t levenshtein(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -64,6 +55,16 @@ void Diagnostics::error_in(std::string file, std::string pointer, std::string va
 
 void Diagnostics::throw_if_any() const {
   if (!list_.empty()) throw ConfigError(list_);
+}
+
+std::string escape_pointer_token(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
 }
 
 std::string json_brief(const nlohmann::json& j) {

@@ -7,13 +7,6 @@
 namespace moesim::tools {
 namespace {
 
-std::string human(double x) {
-  if (x >= 1e12) return fmt::format("{:.2f}T", x / 1e12);
-  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
 
 }  // namespace
 
@@ -25,7 +18,7 @@ std::string format_deadline(double seconds) {
 std::string describe_capacity_point(const strategies::CapacityPoint& p, const strategies::Scenario& s) {
   if (!p.feasible) return fmt::format("{} devices: {}", p.devices, p.reason);
   return fmt::format("{} devices ({}): {} tokens/s, MFU {:.1f}%, {:.1f} days, {} device-hours", p.devices,
-                     short_plan(p.best.plan, s.model), human(p.tokens_per_s), 100 * p.mfu, p.days, human(p.device_hours));
+                     short_plan(p.best.plan, s.model), human_count(p.tokens_per_s), 100 * p.mfu, p.days, human_count(p.device_hours));
 }
 
 std::string format_capacity_table(const strategies::CapacityReport& r, const strategies::Scenario& s) {
@@ -35,7 +28,7 @@ std::string format_capacity_table(const strategies::CapacityReport& r, const str
                    r.batch == strategies::BatchScaling::Fixed ? fmt::format("{} (fixed)", s.training.global_batch_size)
                                                               : std::string("scaled with the devices"),
                    models::precision_name(s.training.precision));
-  o += fmt::format("budget {} tokens{}; {} cluster size{}, best plan of a search at each\n\n", human(r.train_tokens),
+  o += fmt::format("budget {} tokens{}; {} cluster size{}, best plan of a search at each\n\n", human_count(r.train_tokens),
                    r.deadline_s > 0 ? fmt::format(", {} deadline", format_deadline(r.deadline_s)) : std::string(),
                    r.points.size(), r.points.size() == 1 ? "" : "s");
   o += fmt::format("  {:>7} {:>6}  {:<48} {:>10} {:>6} {:>8} {:>8} {:>13}{}\n", "devices", "batch", "best plan", "tokens/s",

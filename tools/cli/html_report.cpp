@@ -16,18 +16,11 @@ using strategies::Breakdown;
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-std::string human(double x) {
-  if (x >= 1e12) return fmt::format("{:.2f}T", x / 1e12);
-  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
 
 std::string tokens_text(double x) {
   if (x >= 1e12) return fmt::format("{:g}T", std::round(x / 1e10) / 100);
   if (x >= 1e9) return fmt::format("{:g}B", std::round(x / 1e7) / 100);
-  return human(x);
+  return human_count(x);
 }
 
 /// Thousands separators: 1234567 -> "1,234,567".
@@ -559,7 +552,7 @@ std::string chart_scaling(const strategies::CapacityReport& cap) {
     for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
       const double y = top + plot_h - v * sy;
       s += line(left, y, left + panel_w, y, "grid");
-      const std::string lab = std::string_view(fmt_unit) == "tokens" ? human(v) : fmt::format("{:.{}f}%", v, dec);
+      const std::string lab = std::string_view(fmt_unit) == "tokens" ? human_count(v) : fmt::format("{:.{}f}%", v, dec);
       s += text(left - 6, y + 4, lab, "end", "small");
     }
     s += line(left, top, left, top + plot_h, "axis");
@@ -578,7 +571,7 @@ std::string chart_scaling(const strategies::CapacityReport& cap) {
       poly += fmt::format("{},{} ", f1(x), f1(y));
       s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" class=\"dot{}\"><title>{} devices: {}</title></circle>\n", f1(x), f1(y),
                        idx, p->devices,
-                       std::string_view(fmt_unit) == "tokens" ? human(v) + " tokens/s" : fmt::format("{:.1f}% MFU", v));
+                       std::string_view(fmt_unit) == "tokens" ? human_count(v) + " tokens/s" : fmt::format("{:.1f}% MFU", v));
       if (cap.answer && p == &cap.points[*cap.answer])
         s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"8\" class=\"ring\"/>\n", f1(x), f1(y));
     }
@@ -606,11 +599,11 @@ std::string kv_row(const std::string& k, const std::string& v) {
 std::string section_summary(const strategies::Scenario& s, const strategies::Result& r) {
   std::string h = "<section id=\"summary\">\n<h2>Scenario</h2>\n<table class=\"kv\">\n";
   h += kv_row("model", fmt::format("{} ({} parameters, {} active per token)", html_escape(s.model_name),
-                                   human(r.params_total), human(r.params_active)));
+                                   human_count(r.params_total), human_count(r.params_active)));
   h += kv_row("cluster", html_escape(fmt::format("{} x {} ({}, {} per node)", grouped(s.cluster.devices), s.cluster.device.name,
                                                  s.cluster.name, s.cluster.devices_per_node)));
   h += kv_row("training", html_escape(fmt::format("sequence {}, global batch {} ({} tokens per step), {}", s.training.seq_length,
-                                                  s.training.global_batch_size, human(r.tokens_per_step),
+                                                  s.training.global_batch_size, human_count(r.tokens_per_step),
                                                   models::precision_name(s.training.precision))));
   h += kv_row("plan", "<code>" + html_escape(format_plan_line(s)) + "</code>");
   if (!s.document.value("description", std::string()).empty())
@@ -618,7 +611,7 @@ std::string section_summary(const strategies::Scenario& s, const strategies::Res
   h += "</table>\n<h3>Result of the scenario's plan</h3>\n<table class=\"kv\">\n";
   if (!r.feasible) h += kv_row("feasible", "<span class=\"warn\">no: " + html_escape(r.infeasible_reason) + "</span>");
   h += kv_row("step time", fmt::format("{:.3f} s", r.step_time_s));
-  h += kv_row("throughput", fmt::format("{} tokens/s ({:.1f} per device)", human(r.tokens_per_s), r.tokens_per_s_per_device));
+  h += kv_row("throughput", fmt::format("{} tokens/s ({:.1f} per device)", human_count(r.tokens_per_s), r.tokens_per_s_per_device));
   h += kv_row("MFU / HFU", fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu));
   h += kv_row("model FLOP rate", fmt::format("{:.1f} TFLOP/s per device (peak {:.1f})", r.achieved_tflops_per_device,
                                              r.peak_tflops_per_device));
@@ -673,8 +666,8 @@ std::string section_capacity(const strategies::Scenario& s, const strategies::Ca
                        : std::string("scaled with the devices"));
   auto describe = [&](const strategies::CapacityPoint& p) {
     return fmt::format("<b>{} devices</b> with <code>{}</code>: {} tokens/s, MFU {:.1f}%, <b>{:.1f} days</b>, {} device-hours",
-                       grouped(p.devices), html_escape(short_plan(p.best.plan, s.model)), human(p.tokens_per_s), 100 * p.mfu,
-                       p.days, human(p.device_hours));
+                       grouped(p.devices), html_escape(short_plan(p.best.plan, s.model)), human_count(p.tokens_per_s), 100 * p.mfu,
+                       p.days, human_count(p.device_hours));
   };
   if (cap.deadline_s > 0) {
     if (cap.answer) h += "<p class=\"ok\">Smallest cluster meeting the deadline: " + describe(cap.points[*cap.answer]) + ".</p>\n";

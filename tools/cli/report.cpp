@@ -25,6 +25,14 @@ const char* recompute_name(strategies::Recompute r) {
 
 }  // namespace
 
+std::string human_count(double x) {
+  if (x >= 1e12) return fmt::format("{:.2f}T", x / 1e12);
+  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
 std::string format_plan_line(const strategies::Scenario& s) {
   const auto& p = s.plan;
   std::string plan = fmt::format("TP{}{} PP{}", p.tp, p.sequence_parallel && p.tp > 1 ? "+SP" : "", p.pp);

@@ -17,6 +17,8 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
 /// The ranking printed by `moesim search`.
 std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
                                 bool wall_time);
+/// A count with a unit prefix and no space: 1.46M, 10.00T, 950.
+std::string human_count(double x);
 /// A short plan description: "TP8 PP16 VPP2 EP4x(32) mbs2 selective ...".
 std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m);
 

@@ -95,7 +95,7 @@ class ToJson {
           continue;
         }
         const std::string key = item.first.cast<std::string>();
-        obj[key] = value(item.second, pointer + "/" + escape(key));
+        obj[key] = value(item.second, pointer + "/" + moesim::escape_pointer_token(key));
       }
       return obj;
     }
@@ -153,15 +153,6 @@ class ToJson {
     return nullptr;
   }
 
-  static std::string escape(const std::string& key) {
-    std::string out;
-    for (char c : key) {
-      if (c == '~') out += "~0";
-      else if (c == '/') out += "~1";
-      else out += c;
-    }
-    return out;
-  }
 
   std::string file_;
   std::vector<moesim::Diagnostic> errors_;

@@ -61,6 +61,9 @@ class Diagnostics {
 /// Short JSON text of a value for messages (long values are truncated).
 std::string json_brief(const nlohmann::json& j);
 
+/// A key as one JSON-pointer token (RFC 6901: "~" -> "~0", "/" -> "~1").
+std::string escape_pointer_token(std::string_view key);
+
 /// Levenshtein-based suggestion among candidates, or empty when nothing is close.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
