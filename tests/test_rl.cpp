@@ -210,3 +210,30 @@ TEST_CASE("rl: bad input names the path and the constraint, all at once", "[rl]"
   CHECK_THROWS_WITH(load_rl_scenario(dis, "rl_small.json", ""),
                     Catch::Contains("/rl/inference/devices: 0 must give the inference pool"));
 }
+
+TEST_CASE("rl: decode uses the low-latency all-to-all: a fixed cost and a small step per peer", "[rl]") {
+  // Qwen3-MoE-like, 4 MoE layers, EP8 on one CloudMatrix 384 supernode. At one sequence the
+  // bytes are negligible: each MoE layer's dispatch and combine cost base + 7 x per_peer =
+  // 64 + 7 x 0.83 = 69.81 us (the preset's fit to DeepEP-Ascend's low-latency points).
+  Diagnostics diag("test");
+  const auto model = models::load_model(nlohmann::json::parse(R"({
+      "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+      "moe_intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 16,
+      "num_key_value_heads": 4, "head_dim": 64, "num_experts": 16, "num_experts_per_tok": 4,
+      "vocab_size": 32000})"),
+                                        "/model", diag, "");
+  auto cluster_json = nlohmann::json::parse(R"({"preset": "cloudmatrix-384", "devices": 16})");
+  const auto cluster = topologies::load_cluster(cluster_json, "/cluster", diag);
+  cluster_json["scale_up"] = {{"alltoall_low_latency_base", "0us"}};
+  const auto normal = topologies::load_cluster(cluster_json, "/cluster", diag);
+  REQUIRE(diag.ok());
+  InferencePlan p;
+  p.ep = 8;
+  const auto topo = topologies::build_topology(cluster);
+  const InferenceModel ll(model, cluster, topo, p, models::Precision::BF16);
+  const InferenceModel nm(model, normal, topo, p, models::Precision::BF16);
+  const double per_a2a = 64e-6 + 7 * 0.83e-6;
+  CHECK(ll.decode_breakdown(1, 1.0).ep_comm == Approx(4 * 2 * per_a2a).epsilon(0.01));
+  // Without them, decode pays the normal kernels' step per peer (15 us x 7 per all-to-all).
+  CHECK(nm.decode_breakdown(1, 1.0).ep_comm == Approx(4 * 2 * 7 * 15e-6).epsilon(0.02));
+}

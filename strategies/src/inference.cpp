@@ -75,6 +75,11 @@ InferenceModel::InferenceModel(const models::ModelSpec& m, const topologies::Clu
   std::vector<int> devs(static_cast<std::size_t>(std::min(sd, topo.num_devices())));
   std::iota(devs.begin(), devs.end(), 0);
   ep_shape_ = analyze_group(topo, devs);
+  if (c.a2a_low_latency_base.value() > 0 && !ep_shape_.spans_nodes()) {
+    ll_base_ = c.a2a_low_latency_base.value();
+    ll_per_peer_ = c.a2a_low_latency_per_peer.value();
+    ll_bandwidth_ = c.scale_up_achieved().value();
+  }
   devs.resize(static_cast<std::size_t>(std::min(tp, topo.num_devices())));
   tp_shape_ = analyze_group(topo, devs);
   if (pp > 1 && sd < topo.num_devices()) {
@@ -154,8 +159,16 @@ double InferenceModel::op_seconds(const models::Op& op, double group_tokens, dou
         t = collective_cost(Collective::AllReduce, group_tokens * op.bytes_per_token, tp_shape_).time.value();
         if (parts) parts->tp_comm += t;
       } else if ((op.comm == models::Comm::EpDispatch || op.comm == models::Comm::EpCombine) && sd > 1) {
-        // Each TP rank of an attention group sends its 1/tp of the group's routed copies.
-        t = collective_cost(Collective::AllToAll, group_tokens / tp * op.bytes_per_token, ep_shape_).time.value();
+        // Each TP rank of an attention group sends its 1/tp of the group's routed copies. Decode
+        // uses the low-latency kernels where the cluster has them (one fixed cost, not a step
+        // per peer); prefill and clusters without them the normal all-to-all.
+        const double b = group_tokens / tp * op.bytes_per_token;
+        if (decode && ll_base_ > 0) {
+          const double n = ep_shape_.size;
+          t = ll_base_ + (n - 1) * ll_per_peer_ + b * (n - 1) / n / ll_bandwidth_;
+        } else {
+          t = collective_cost(Collective::AllToAll, b, ep_shape_).time.value();
+        }
         if (parts) parts->ep_comm += t;
       }
       break;

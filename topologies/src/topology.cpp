@@ -57,6 +57,8 @@ ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, D
     c.scale_up_link_bandwidth = BytesPerSecond{s.required_quantity({"link_bandwidth"}, Dimension::BytesPerSecond, 1.0)};
     c.scale_up_latency = Seconds{s.opt_quantity({"latency"}, Dimension::Seconds).value_or(0.0)};
     c.scale_up_efficiency = s.number({"efficiency"}, 1.0, 0.01, 1.0);
+    c.a2a_low_latency_base = Seconds{s.opt_quantity({"alltoall_low_latency_base"}, Dimension::Seconds).value_or(0.0)};
+    c.a2a_low_latency_per_peer = Seconds{s.opt_quantity({"alltoall_low_latency_per_peer"}, Dimension::Seconds).value_or(0.0)};
     s.finish();
   } else {
     diag.error(r.child_pointer("scale_up"), "", "is required ({\"topology\", \"link_bandwidth\", ...})");

@@ -112,6 +112,7 @@ class InferenceModel {
   models::Workload w_;
   std::vector<StageOps> stages_;
   GroupShape tp_shape_, ep_shape_;
+  double ll_base_ = 0, ll_per_peer_ = 0, ll_bandwidth_ = 0;  ///< low-latency all-to-all (decode)
   double pp_hop_bandwidth_ = 0, pp_hop_latency_ = 0;
   double weight_bytes_ = 0;
   double kv_bytes_per_token_ = 0;

@@ -55,6 +55,11 @@ struct ClusterSpec {
   BytesPerSecond scale_up_link_bandwidth{0};  ///< nominal, per direction (per link; per device for a switch or Clos)
   Seconds scale_up_latency{0};
   double scale_up_efficiency = 1.0;
+  /// Low-latency all-to-all kernels (DeepEP low-latency mode, used for decode): every peer is
+  /// written at once, so a fixed cost plus a small per-peer step, and the bytes at the achieved
+  /// scale-up rate. 0: not known for this cluster (decode then uses the normal all-to-all).
+  Seconds a2a_low_latency_base{0};
+  Seconds a2a_low_latency_per_peer{0};
   ClosSpec clos;  ///< only for ScaleUpKind::Clos
   BytesPerSecond nic_bandwidth{0};  ///< nominal, per direction
   int nics_per_node = 8;
