@@ -6,6 +6,20 @@
 namespace moesim::strategies {
 namespace {
 
+/// The first instant after `now` at which a stage frees or a pass ends (-1: none).
+long long next_event(long long now, const std::vector<long long>& free_at, const std::vector<std::vector<long long>>& f_end,
+                     const std::vector<std::vector<long long>>& b_end) {
+  long long next = -1;
+  auto consider = [&](long long t) {
+    if (t > now && (next < 0 || t < next)) next = t;
+  };
+  for (long long t : free_at) consider(t);
+  for (const auto* ends : {&f_end, &b_end})
+    for (const auto& row : *ends)
+      for (long long t : row) consider(t);
+  return next;
+}
+
 /// Duration of pass k (0 F, 1 B, 2 W) of stage s, chunk c; equal passes when costs is empty.
 long long pass_cost(const StageCosts& costs, int s, int c, int k) {
   if (costs.empty()) return 1000;
@@ -107,17 +121,7 @@ std::vector<StageOrder> zero_bubble_h1(int p, int m, const StageCosts& costs) {
       --remaining;
     }
     // Advance to the next time anything can change.
-    long long next = -1;
-    auto consider = [&](long long t) {
-      if (t > now && (next < 0 || t < next)) next = t;
-    };
-    for (int s = 0; s < p; ++s) {
-      consider(free_at[s]);
-      for (int k = 0; k < m; ++k) {
-        consider(f_end[s][k]);
-        consider(b_end[s][k]);
-      }
-    }
+    const long long next = next_event(now, free_at, f_end, b_end);
     if (next < 0) break;
     now = next;
   }
@@ -194,16 +198,8 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int
       free_at[s] = now + d;
       --remaining;
     }
-    long long next = -1;
-    auto consider = [&](long long t) {
-      if (t > now && (next < 0 || t < next)) next = t;
-    };
-    for (int s = 0; s < p; ++s) consider(free_at[s]);
-    for (int v = 0; v < V; ++v)
-      for (int k = 0; k < m; ++k) {
-        consider(f_end[v][k]);
-        consider(b_end[v][k]);
-      }
+    // Advance to the next time anything can change.
+    const long long next = next_event(now, free_at, f_end, b_end);
     if (next < 0) break;
     now = next;
   }
