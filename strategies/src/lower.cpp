@@ -1023,7 +1023,7 @@ std::vector<int> Lowering::partition_positions(const std::vector<double>& cost, 
     for (int v = 0; v < V; ++v) {
       double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0);
       for (int k = 0; k < n[v]; ++k) l += cost[layer++];
-      load[chunks == 1 ? v : stage_of_virtual(p_.schedule, pp, v)] += l;
+      load[stage_of_virtual(p_.schedule, pp, v)] += l;
       sq += l * l;
     }
     return std::pair{*std::max_element(load.begin(), load.end()), sq};
@@ -1033,7 +1033,7 @@ std::vector<int> Lowering::partition_positions(const std::vector<double>& cost, 
     // Water-filling on stages, then spread each stage's layers over its chunks.
     std::vector<double> extra(pp, 0.0);
     extra[0] += first_extra;
-    extra[chunks == 1 ? V - 1 : stage_of_virtual(p_.schedule, pp, V - 1)] += last_extra;
+    extra[stage_of_virtual(p_.schedule, pp, V - 1)] += last_extra;
     std::vector<int> per_stage(pp, 0);
     for (int k = 0; k < L; ++k) {
       int best = 0;
@@ -1043,8 +1043,7 @@ std::vector<int> Lowering::partition_positions(const std::vector<double>& cost, 
     }
     for (int st = 0; st < pp; ++st)
       for (int c = 0; c < chunks; ++c)
-        counts[chunks == 1 ? st : virtual_stage(p_.schedule, pp, st, c)] =
-            per_stage[st] / chunks + (c < per_stage[st] % chunks ? 1 : 0);
+        counts[virtual_stage(p_.schedule, pp, st, c)] = per_stage[st] / chunks + (c < per_stage[st] % chunks ? 1 : 0);
   }
   // A virtual stage may end up with no decoder layer (it then only forwards activations, like
   // Megatron's "L" loss-only stage in a custom layout); the search prefers balanced counts.
@@ -2031,7 +2030,7 @@ void Lowering::emit(Fidelity fid) {
         oi += 2;
         continue;
       }
-      if ((p_.fb_overlap || pairs_forward_backward(p_.schedule)) && op.phase == Phase::Backward && oi + 1 < order.size() &&
+      if (p_.fb_overlap && op.phase == Phase::Backward && oi + 1 < order.size() &&
           order[oi + 1].phase == Phase::Forward && order[oi + 1].microbatch != op.microbatch &&
           !program_of(order[oi + 1]).steps.empty()) {
         const PipeOp& next = order[oi + 1];
@@ -2126,8 +2125,13 @@ void Lowering::emit(Fidelity fid) {
         const Seconds fetch{12.0 * shard / host_bw};
         const sim::TaskId in = builder_.add_task(to_ticks(fetch), kSwap, builder_.label("swap_in.optimizer_states"), -1,
                                                  {r.streams[static_cast<int>(Stream::HostIn)]});
+        // Each chunk's last forward in the stage's order (DualPipe's chunk 0 ends at m/2 - 1).
+        std::vector<int> last_fwd_mb(vpp, -1);
+        for (const PipeOp& op : out_.schedule[stage])
+          if (op.phase == Phase::Forward) last_fwd_mb[op.chunk] = op.microbatch;
         for (int c = 0; c < vpp; ++c) {
-          const sim::TaskId f = last[slot(stage, l, m - 1, c, Phase::Forward)];
+          if (last_fwd_mb[c] < 0) continue;
+          const sim::TaskId f = last[slot(stage, l, last_fwd_mb[c], c, Phase::Forward)];
           if (f != sim::kNoTask) builder_.depend(f, in);
         }
         builder_.depend(in, opt[l]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <stdexcept>
 
 namespace moesim::strategies {
 namespace {
@@ -125,6 +126,7 @@ std::vector<StageOrder> zero_bubble_h1(int p, int m, const StageCosts& costs) {
     if (next < 0) break;
     now = next;
   }
+  if (remaining > 0) throw std::logic_error("zero-bubble list schedule stalled with passes left");
   return out;
 }
 
@@ -203,6 +205,7 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int
     if (next < 0) break;
     now = next;
   }
+  if (remaining > 0) throw std::logic_error("zero-bubble list schedule stalled with passes left");
   return out;
 }
 

@@ -517,7 +517,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
           break;
       }
       // "auto" already covers 1f1b and interleaved.
-      if (!space.schedule.empty() && std::find(space.schedule.begin(), space.schedule.end(), -1) != space.schedule.end() &&
+      if (std::find(space.schedule.begin(), space.schedule.end(), -1) != space.schedule.end() &&
           (p.schedule == ScheduleKind::OneFOneB || p.schedule == ScheduleKind::Interleaved))
         return false;
     }
