@@ -535,6 +535,48 @@ TEST_CASE("host dispatch: short kernels leave the device waiting for the host; f
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/simulation/host_dispatch/launch_overhead"));
 }
 
+TEST_CASE("host dispatch: the device's host time per operator is the default; grouped expert GEMMs launch per local expert",
+          "[strategies][host][moe]") {
+  // A small Qwen3-MoE on one DGX H100 node, one micro-batch per rank (8 ranks, global batch 8).
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+              "moe_intermediate_size": 128, "num_experts": 16, "num_experts_per_tok": 2,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64,
+              "vocab_size": 1024},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 256, "global_batch_size": 8},
+    "parallelism": {"tp": 1, "pp": 1, "mbs": 1, "ep": 2}})");
+  const Scenario sc = load_scenario(j, "t.json", "");
+  const double host_op = sc.cluster.device.host_op_time.value();
+  REQUIRE(host_op > 0);  // the H100 preset carries a fitted value
+  CHECK(sc.simulation.launch_overhead == host_op);
+  auto host_ticks = [](const Simulation& s) {  // host time of the first simulated rank
+    Tick t = 0;
+    for (sim::TaskId id : s.lowered.graph.stream_order(s.lowered.ranks[0].streams[static_cast<int>(Stream::Launch)]))
+      t += s.lowered.graph.duration(id);
+    return t;
+  };
+  const Simulation ep2 = simulate(sc);  // 8 local experts per rank
+  j["parallelism"]["ep"] = 8;           // 2 local experts per rank
+  const Simulation ep8 = simulate(load_scenario(j, "t.json", ""));
+  // Per layer and micro-batch the experts run 6 GEMMs (fc1, fc2 forward; their data and weight
+  // gradients), each issued once per local expert: 2 layers x 6 x (8 - 2) more launches with EP 2.
+  const Tick per_op = to_ticks(Seconds{host_op});
+  CHECK(host_ticks(ep2) - host_ticks(ep8) == 2 * 6 * (8 - 2) * per_op);
+  CHECK(ep2.result.breakdown.total() == Approx(ep2.result.step_time_s).epsilon(1e-6));
+  // A scenario that says so (a run captured in CUDA graphs) turns host dispatch off.
+  j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
+  const Simulation graphs = simulate(load_scenario(j, "t.json", ""));
+  CHECK(host_ticks(graphs) == 0);
+  CHECK(graphs.result.breakdown.host_bound == 0.0);
+  CHECK(graphs.result.step_time_s <= ep8.result.step_time_s);
+  // A negative host time in a device description is refused with its path.
+  nlohmann::json bad = nlohmann::json::parse(R"({"preset": "dgx-h100", "devices": 8})");
+  bad["device"] = {{"preset", "h100-sxm-80gb"}, {"host_op_time", -1.0}};
+  j["cluster"] = bad;
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("host_op_time"));
+}
+
 TEST_CASE("swap: optimizer states in host memory free their device bytes and cost at most their fetch",
           "[strategies][memory][swap]") {
   nlohmann::json j = nlohmann::json::parse(R"({

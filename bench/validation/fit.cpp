@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < sweeps; ++s)
       for (Param& p : params) {
         best = golden(f, p, steps);
-        std::printf("sweep %d  %-45s = %.4f   fit MAPE %.2f%%\n", s + 1, p.path.c_str(), p.value, best);
+        std::printf("sweep %d  %-45s = %.4g   fit MAPE %.2f%%\n", s + 1, p.path.c_str(), p.value, best);
         std::fflush(stdout);
       }
     const auto rep_fit = f.run(fit);
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     };
     std::printf("result (%d evaluations, %.0f s):\n", f.evaluations,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    for (const Param& p : params) std::printf("  %s = %.4f\n", p.path.c_str(), p.value);
+    for (const Param& p : params) std::printf("  %s = %.4g\n", p.path.c_str(), p.value);
     show("fit half", rep_fit);
     show("held-out half", rep_held);
   } catch (const std::exception& e) {

@@ -1807,10 +1807,17 @@ void Lowering::emit(Fidelity fid) {
       }
       tasks_out[i * per_stage + q] = t;
       // Host dispatch: the host thread issues every kernel in program order; a kernel cannot
-      // start before its launch (fused vector operators are issued with their neighbours).
+      // start before its launch (fused vector operators are issued with their neighbours). A
+      // grouped expert GEMM is issued once per local expert (Transformer Engine's GroupedLinear
+      // runs one GEMM per expert on Hopper), so its host time grows with the local experts.
       if (launch_ticks > 0 && st.stream == Stream::Compute && st.duration > 0 &&
           !(s_.simulation.fused_vector_ops && st.flops == 0)) {
-        const sim::TaskId ln = builder_.add_task(launch_ticks, kLaunch, launch_label, mb,
+        const bool per_expert =
+            st.op != nullptr && st.op->kind == models::OpKind::Gemm && st.op->region == models::Region::Expert;
+        const Tick host =
+            per_expert ? launch_ticks * static_cast<Tick>(std::max(1.0, std::round(st.op->matrices / lay_.ep)))
+                       : launch_ticks;
+        const sim::TaskId ln = builder_.add_task(host, kLaunch, launch_label, mb,
                                                  {ranks[rank_index(stage, q)].streams[static_cast<int>(Stream::Launch)]});
         builder_.depend(ln, t);
       }

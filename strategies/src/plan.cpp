@@ -557,6 +557,9 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     }
     r.finish();
   }
+  // Host dispatch follows the device's calibrated host time per operator unless the scenario
+  // sets it (e.g. "0us" for a run captured in CUDA graphs).
+  s.simulation.launch_overhead = s.cluster.device.host_op_time.value();
   if (const auto* sim = root.get({"simulation"})) {
     ObjectReader r(*sim, "/simulation", diag);
     const std::string f = r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"});
@@ -566,7 +569,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
-      s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(0.0);
+      s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(s.simulation.launch_overhead);
       if (!q.has({"launch_overhead"}))
         diag.error("/simulation/host_dispatch/launch_overhead", "", "is required (host time per kernel launch, e.g. \"20us\")");
       s.simulation.fused_vector_ops = q.boolean({"fused_vector_ops"}, false);

@@ -51,6 +51,9 @@ struct DeviceSpec {
   Seconds kernel_overhead{0};
   Bytes memory_reserved{0};
   BytesPerSecond host_bandwidth{0};
+  /// Host time to issue one operator from an eager framework (Python + PyTorch dispatch +
+  /// library launch); 0 when not calibrated (the host is then never the bottleneck).
+  Seconds host_op_time{0};
 
   /// Dense peak for the precision GEMMs run in (FP8 falls back to BF16 when absent).
   [[nodiscard]] FlopsPerSecond peak(Precision p) const;
