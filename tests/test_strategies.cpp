@@ -570,6 +570,21 @@ TEST_CASE("host dispatch: the device's host time per operator is the default; gr
   CHECK(host_ticks(graphs) == 0);
   CHECK(graphs.result.breakdown.host_bound == 0.0);
   CHECK(graphs.result.step_time_s <= ep8.result.step_time_s);
+  // The search's screen times the host thread the same way: with a slow host (1 ms per
+  // operator) the plan is host-bound and the estimate follows the simulation.
+  j["simulation"] = {{"host_dispatch", {{"launch_overhead", "1ms"}}}};
+  const Scenario slow = load_scenario(j, "t.json", "");
+  const Simulation slow_sim = simulate(slow);
+  CHECK(slow_sim.result.breakdown.host_bound > 0.5 * slow_sim.result.step_time_s);
+  const models::Workload w = models::build_workload(slow.model, slow.training.seq_length, slow.training.workload);
+  const topologies::Topology topo = topologies::build_topology(slow.cluster);
+  Estimator est(slow, topo, w);
+  const double est_slow = est.estimate(slow.plan).step_s;
+  CHECK(est_slow == Approx(slow_sim.result.step_time_s).epsilon(0.15));
+  j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
+  const Scenario no_host = load_scenario(j, "t.json", "");
+  Estimator est0(no_host, topo, w);
+  CHECK(est_slow > 3 * est0.estimate(no_host.plan).step_s);
   // A negative host time in a device description is refused with its path.
   nlohmann::json bad = nlohmann::json::parse(R"({"preset": "dgx-h100", "devices": 8})");
   bad["device"] = {{"preset", "h100-sxm-80gb"}, {"host_op_time", -1.0}};

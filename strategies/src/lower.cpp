@@ -259,6 +259,18 @@ class Lowering {
     return tok_.Tc;
   }
 
+  /// Host time to issue a step (0: the host does not issue it). Compute kernels cost the host
+  /// dispatch time each (fused vector operators are issued with their neighbours); a grouped
+  /// expert GEMM is issued once per local expert (Transformer Engine's GroupedLinear runs one
+  /// GEMM per expert on Hopper), so its host time grows with the local experts.
+  [[nodiscard]] Tick host_ticks(const Step& st, Tick launch) const {
+    if (launch <= 0 || st.stream != Stream::Compute || st.duration <= 0 || (s_.simulation.fused_vector_ops && st.flops == 0))
+      return 0;
+    const bool per_expert =
+        st.op != nullptr && st.op->kind == models::OpKind::Gemm && st.op->region == models::Region::Expert;
+    return per_expert ? launch * static_cast<Tick>(std::max(1.0, std::round(st.op->matrices / lay_.ep))) : launch;
+  }
+
   struct GemmShape {
     double m, n, k, batch;
   };
@@ -1807,16 +1819,8 @@ void Lowering::emit(Fidelity fid) {
       }
       tasks_out[i * per_stage + q] = t;
       // Host dispatch: the host thread issues every kernel in program order; a kernel cannot
-      // start before its launch (fused vector operators are issued with their neighbours). A
-      // grouped expert GEMM is issued once per local expert (Transformer Engine's GroupedLinear
-      // runs one GEMM per expert on Hopper), so its host time grows with the local experts.
-      if (launch_ticks > 0 && st.stream == Stream::Compute && st.duration > 0 &&
-          !(s_.simulation.fused_vector_ops && st.flops == 0)) {
-        const bool per_expert =
-            st.op != nullptr && st.op->kind == models::OpKind::Gemm && st.op->region == models::Region::Expert;
-        const Tick host =
-            per_expert ? launch_ticks * static_cast<Tick>(std::max(1.0, std::round(st.op->matrices / lay_.ep)))
-                       : launch_ticks;
+      // start before its launch.
+      if (const Tick host = host_ticks(st, launch_ticks); host > 0) {
         const sim::TaskId ln = builder_.add_task(host, kLaunch, launch_label, mb,
                                                  {ranks[rank_index(stage, q)].streams[static_cast<int>(Stream::Launch)]});
         builder_.depend(ln, t);
@@ -2171,16 +2175,28 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   const int pp = p_.pp, vpp = p_.vpp;
   compute_shapes(0);
 
-  // Each program timed alone: streams run their steps in order, dependencies are respected.
-  auto time_program = [](const Program& prog, double& compute, std::array<double, kNumCats>& comm) {
+  // Each program timed alone: streams run their steps in order, dependencies are respected;
+  // with host dispatch the host thread issues the kernels in order as the engine does (a
+  // kernel starts after its launch; the host waits for the router before a dispatch).
+  const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
+  const double launch_s = to_seconds(launch_ticks).value();
+  auto time_program = [&](const Program& prog, double& compute, std::array<double, kNumCats>& comm) {
     std::array<double, kNumStreams> free{};
     std::vector<double> fin(prog.steps.size(), 0.0);
-    double end = 0;
+    double end = 0, host = 0;
     for (std::size_t i = 0; i < prog.steps.size(); ++i) {
       const Step& st = prog.steps[i];
       double start = free[static_cast<int>(st.stream)];
       if (st.dep0 >= 0) start = std::max(start, fin[st.dep0]);
       if (st.dep1 >= 0) start = std::max(start, fin[st.dep1]);
+      if (launch_ticks > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+        host = std::max(host, std::max(st.dep0 >= 0 ? fin[st.dep0] : 0.0, st.dep1 >= 0 ? fin[st.dep1] : 0.0)) + launch_s;
+        start = std::max(start, host);
+      }
+      if (const Tick h = host_ticks(st, launch_ticks); h > 0) {
+        host += to_seconds(h).value();
+        start = std::max(start, host);
+      }
       const double d = to_seconds(st.duration).value();
       fin[i] = start + d;
       free[static_cast<int>(st.stream)] = fin[i];
