@@ -581,6 +581,12 @@ TEST_CASE("host dispatch: the device's host time per operator is the default; gr
   Estimator est(slow, topo, w);
   const double est_slow = est.estimate(slow.plan).step_s;
   CHECK(est_slow == Approx(slow_sim.result.step_time_s).epsilon(0.15));
+  // Fast fidelity (one task per pass) keeps the host's share of each pass as a task of its own.
+  j["simulation"]["fidelity"] = "fast";
+  const Simulation slow_fast = simulate(load_scenario(j, "t.json", ""));
+  CHECK(slow_fast.result.step_time_s == Approx(slow_sim.result.step_time_s).epsilon(0.15));
+  CHECK(slow_fast.result.breakdown.host_bound > 0.5 * slow_fast.result.step_time_s);
+  CHECK(slow_fast.result.breakdown.total() == Approx(slow_fast.result.step_time_s).epsilon(1e-6));
   j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
   const Scenario no_host = load_scenario(j, "t.json", "");
   Estimator est0(no_host, topo, w);

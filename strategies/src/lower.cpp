@@ -264,11 +264,44 @@ class Lowering {
   /// expert GEMM is issued once per local expert (Transformer Engine's GroupedLinear runs one
   /// GEMM per expert on Hopper), so its host time grows with the local experts.
   [[nodiscard]] Tick host_ticks(const Step& st, Tick launch) const {
-    if (launch <= 0 || st.stream != Stream::Compute || st.duration <= 0 || (s_.simulation.fused_vector_ops && st.flops == 0))
+    if (launch <= 0 || st.stream != Stream::Compute || st.duration <= 0 || st.cat == kLaunch ||
+        (s_.simulation.fused_vector_ops && st.flops == 0))
       return 0;
     const bool per_expert =
         st.op != nullptr && st.op->kind == models::OpKind::Gemm && st.op->region == models::Region::Expert;
     return per_expert ? launch * static_cast<Tick>(std::max(1.0, std::round(st.op->matrices / lay_.ep))) : launch;
+  }
+
+  /// A program timed alone (seconds): streams run their steps in order, dependencies are
+  /// respected; with host dispatch (`launch` > 0) the host thread issues the kernels in order as
+  /// the engine does (a kernel starts after its launch; the host waits for the router before a
+  /// dispatch). Adds compute and communication durations to `compute` and `comm`.
+  double time_alone(const Program& prog, Tick launch, double& compute, std::array<double, kNumCats>& comm) const {
+    const double launch_s = to_seconds(launch).value();
+    std::array<double, kNumStreams> free{};
+    std::vector<double> fin(prog.steps.size(), 0.0);
+    double end = 0, host = 0;
+    for (std::size_t i = 0; i < prog.steps.size(); ++i) {
+      const Step& st = prog.steps[i];
+      double start = free[static_cast<int>(st.stream)];
+      if (st.dep0 >= 0) start = std::max(start, fin[st.dep0]);
+      if (st.dep1 >= 0) start = std::max(start, fin[st.dep1]);
+      if (launch > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+        host = std::max(host, std::max(st.dep0 >= 0 ? fin[st.dep0] : 0.0, st.dep1 >= 0 ? fin[st.dep1] : 0.0)) + launch_s;
+        start = std::max(start, host);
+      }
+      if (const Tick h = host_ticks(st, launch); h > 0) {
+        host += to_seconds(h).value();
+        start = std::max(start, host);
+      }
+      const double d = to_seconds(st.duration).value();
+      fin[i] = start + d;
+      free[static_cast<int>(st.stream)] = fin[i];
+      end = std::max(end, fin[i]);
+      if (st.stream == Stream::Compute) compute += d;
+      else comm[st.cat] += d;
+    }
+    return end;
   }
 
   struct GemmShape {
@@ -1708,11 +1741,22 @@ void Lowering::emit(Fidelity fid) {
   // position to its local index inside the stage.
   const int per_stage = static_cast<int>(sim_locals_.size());
   // Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
+  // With host dispatch, what the host thread adds to the pass timed alone becomes one task of
+  // its own ahead of the pass's compute (breakdown: host-bound).
+  const Tick fast_launch = to_ticks(Seconds{s_.simulation.launch_overhead});
   if (fid == Fidelity::Fast) {
     for (int stage = 0; stage < pp; ++stage)
       for (int c = 0; c < vpp; ++c)
         for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c], &wgt_[stage][c], &bwd_full_[stage][c]}) {
           if (prog->steps.empty()) continue;
+          Tick host_extra = 0;
+          if (fast_launch > 0) {
+            double unused = 0;
+            std::array<double, kNumCats> unused_comm{};
+            const double with_host = time_alone(*prog, fast_launch, unused, unused_comm);
+            const double alone = time_alone(*prog, 0, unused, unused_comm);
+            host_extra = std::max<Tick>(0, to_ticks(Seconds{with_host}) - to_ticks(Seconds{alone}));
+          }
           Program merged;
           std::array<Tick, kNumCats> by_cat{};
           std::array<GroupKind, kNumCats> grp{};
@@ -1725,6 +1769,16 @@ void Lowering::emit(Fidelity fid) {
           double flops = 0;
           for (const Step& st : prog->steps) flops += st.flops;
           int last = -1;
+          if (host_extra > 0) {
+            Step st;
+            st.duration = host_extra;
+            st.cat = kLaunch;
+            st.stream = Stream::Compute;
+            st.label = builder_.label(std::string(prog == &fwd_[stage][c] ? "F" : prog == &bwd_[stage][c] ? "B" : "W") +
+                                      ".chunk" + std::to_string(c) + ".host_bound");
+            merged.steps.push_back(st);
+            last = 0;
+          }
           for (int cat = 0; cat < kNumCats; ++cat) {
             if (by_cat[cat] == 0) continue;
             Step st;
@@ -2175,36 +2229,9 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   const int pp = p_.pp, vpp = p_.vpp;
   compute_shapes(0);
 
-  // Each program timed alone: streams run their steps in order, dependencies are respected;
-  // with host dispatch the host thread issues the kernels in order as the engine does (a
-  // kernel starts after its launch; the host waits for the router before a dispatch).
   const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
-  const double launch_s = to_seconds(launch_ticks).value();
   auto time_program = [&](const Program& prog, double& compute, std::array<double, kNumCats>& comm) {
-    std::array<double, kNumStreams> free{};
-    std::vector<double> fin(prog.steps.size(), 0.0);
-    double end = 0, host = 0;
-    for (std::size_t i = 0; i < prog.steps.size(); ++i) {
-      const Step& st = prog.steps[i];
-      double start = free[static_cast<int>(st.stream)];
-      if (st.dep0 >= 0) start = std::max(start, fin[st.dep0]);
-      if (st.dep1 >= 0) start = std::max(start, fin[st.dep1]);
-      if (launch_ticks > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
-        host = std::max(host, std::max(st.dep0 >= 0 ? fin[st.dep0] : 0.0, st.dep1 >= 0 ? fin[st.dep1] : 0.0)) + launch_s;
-        start = std::max(start, host);
-      }
-      if (const Tick h = host_ticks(st, launch_ticks); h > 0) {
-        host += to_seconds(h).value();
-        start = std::max(start, host);
-      }
-      const double d = to_seconds(st.duration).value();
-      fin[i] = start + d;
-      free[static_cast<int>(st.stream)] = fin[i];
-      end = std::max(end, fin[i]);
-      if (st.stream == Stream::Compute) compute += d;
-      else comm[st.cat] += d;
-    }
-    return end;
+    return time_alone(prog, launch_ticks, compute, comm);
   };
   const int group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
   auto cost_of = [&](int item_idx, bool full) -> const ItemCost& {

@@ -92,13 +92,17 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
       prev_end = run.end[t];
     }
   }
-  std::vector<Interval> compute_busy;
+  std::vector<Interval> compute_busy, host_passes;
   Tick compute = 0, recompute = 0, optimizer = 0;
   for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
     const Tick d = run.end[t] - run.start[t];
     if (d <= 0) continue;
-    compute_busy.emplace_back(run.start[t], run.end[t]);
     const auto c = g.category(t);
+    if (c == kLaunch) {  // fast fidelity: the host thread's share of a pass, the device waiting
+      host_passes.emplace_back(run.start[t], run.end[t]);
+      continue;
+    }
+    compute_busy.emplace_back(run.start[t], run.end[t]);
     if (c == kRecompute) recompute += d;
     else if (c == kOptimizer) optimizer += d;
     else compute += d;
@@ -140,10 +144,14 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
     rt.comm_hidden += to_seconds(total - measure_minus(u, compute_busy)).value();
     covered = union_of(covered, u);
   }
+  const std::vector<Interval> host_pass_iv = merged(std::move(host_passes));
+  const Tick host_passes_visible = measure_minus(host_pass_iv, covered);
+  covered = union_of(covered, host_pass_iv);
   const Tick idle = makespan - measure(covered);
   const std::vector<Interval> wait_iv = merged(std::move(waits));
   const Tick waiting = measure_minus(wait_iv, covered);
-  const Tick host_bound = measure_minus(merged(std::move(host_waits)), union_of(covered, wait_iv));
+  const Tick host_waiting = measure_minus(merged(std::move(host_waits)), union_of(covered, wait_iv));
+  const Tick host_bound = host_waiting + host_passes_visible;
   rt.b.compute = to_seconds(compute + recompute).value();
   rt.b.recompute = to_seconds(recompute).value();
   rt.b.other = to_seconds(optimizer).value();
@@ -155,7 +163,7 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   rt.b.swap = to_seconds(exposed[kSwap]).value();
   rt.b.imbalance_wait = to_seconds(waiting).value();
   rt.b.host_bound = to_seconds(host_bound).value();
-  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting - host_bound)).value();
+  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting - host_waiting)).value();
   return rt;
 }
 
@@ -209,7 +217,7 @@ void slow_overlapped_compute(Simulation& out, double slowdown) {
       comm = merged(std::move(comm));
       for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
         const Tick d = out.run.end[t] - out.run.start[t];
-        if (d <= 0 || base[t] <= 0) continue;
+        if (d <= 0 || base[t] <= 0 || g.category(t) == kLaunch) continue;  // host waits are not kernels
         const Tick alone = measure_minus({{out.run.start[t], out.run.end[t]}}, comm);
         const double overlapped = static_cast<double>(d - alone) / static_cast<double>(d);
         g.set_duration(t, static_cast<Tick>(std::llround(static_cast<double>(base[t]) * (1.0 + slowdown * overlapped))));
