@@ -6,3 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cases=${1:-bench/validation/calibration_cases.json}
 build/bin/moesim validate "$cases" --out bench/validation/report.md --json bench/validation/report.json --progress
+# Supplementary published runs (not in the calibration file; nothing is fitted on them).
+build/bin/moesim validate bench/validation/supplementary_cases.json --out bench/validation/supplementary_report.md \
+  --json bench/validation/supplementary_report.json

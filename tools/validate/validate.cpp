@@ -548,6 +548,10 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
     }
     o.category = text_of(c, "category");
     if (c.contains("model")) o.model = text_of(c["model"], "name");
+    else if (c.contains("scenario") && c["scenario"].is_object() && c["scenario"].contains("model")) {
+      const json& m = c["scenario"]["model"];  // a preset name or an inline config
+      o.model = m.is_string() ? m.get<std::string>() : text_of(m, "name");
+    }
     if (c.contains("hardware")) o.device = text_of(c["hardware"], "device");
     ConvertedCase conv = case_to_scenario(c);
     const PublishedTime pub = published_step_time(c, conv.devices);
