@@ -1743,17 +1743,17 @@ void Lowering::emit(Fidelity fid) {
   // Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
   // With host dispatch, what the host thread adds to the pass timed alone becomes one task of
   // its own ahead of the pass's compute (breakdown: host-bound).
-  const Tick fast_launch = to_ticks(Seconds{s_.simulation.launch_overhead});
+  const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
   if (fid == Fidelity::Fast) {
     for (int stage = 0; stage < pp; ++stage)
       for (int c = 0; c < vpp; ++c)
         for (Program* prog : {&fwd_[stage][c], &bwd_[stage][c], &wgt_[stage][c], &bwd_full_[stage][c]}) {
           if (prog->steps.empty()) continue;
           Tick host_extra = 0;
-          if (fast_launch > 0) {
+          if (launch_ticks > 0) {
             double unused = 0;
             std::array<double, kNumCats> unused_comm{};
-            const double with_host = time_alone(*prog, fast_launch, unused, unused_comm);
+            const double with_host = time_alone(*prog, launch_ticks, unused, unused_comm);
             const double alone = time_alone(*prog, 0, unused, unused_comm);
             host_extra = std::max<Tick>(0, to_ticks(Seconds{with_host}) - to_ticks(Seconds{alone}));
           }
@@ -1842,7 +1842,6 @@ void Lowering::emit(Fidelity fid) {
   };
 
   // Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
-  const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
   const sim::LabelId launch_label = builder_.label("launch");
   const sim::LabelId sync_label = builder_.label("host_sync.tokens_per_expert");
   // One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
@@ -1850,6 +1849,7 @@ void Lowering::emit(Fidelity fid) {
     const Step& st = prog.steps[i];
     const bool shared = shared_group(st.group, sim_locals_[0]);
     if (shared) std::fill(group_task.begin(), group_task.end(), sim::kNoTask);
+    const Tick host = host_ticks(st, launch_ticks);  // the same for every rank of the stage
     for (int q = 0; q < per_stage; ++q) {
       const int local = sim_locals_[q];
       Tick dur = st.duration;
@@ -1874,7 +1874,7 @@ void Lowering::emit(Fidelity fid) {
       tasks_out[i * per_stage + q] = t;
       // Host dispatch: the host thread issues every kernel in program order; a kernel cannot
       // start before its launch.
-      if (const Tick host = host_ticks(st, launch_ticks); host > 0) {
+      if (host > 0) {
         const sim::TaskId ln = builder_.add_task(host, kLaunch, launch_label, mb,
                                                  {ranks[rank_index(stage, q)].streams[static_cast<int>(Stream::Launch)]});
         builder_.depend(ln, t);
@@ -2230,9 +2230,6 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
   compute_shapes(0);
 
   const Tick launch_ticks = to_ticks(Seconds{s_.simulation.launch_overhead});
-  auto time_program = [&](const Program& prog, double& compute, std::array<double, kNumCats>& comm) {
-    return time_alone(prog, launch_ticks, compute, comm);
-  };
   const int group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
   auto cost_of = [&](int item_idx, bool full) -> const ItemCost& {
     const auto& item = w_.items[item_idx];
@@ -2257,8 +2254,8 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
     if (it != cache.items.end()) return it->second;
     const ItemProgram ip = build_item(item, full, group, 0);
     ItemCost c;
-    c.fwd_s = time_program(ip.fwd, c.fwd_compute_s, c.comm_s);
-    c.bwd_s = time_program(ip.bwd, c.bwd_compute_s, c.comm_s);
+    c.fwd_s = time_alone(ip.fwd, launch_ticks, c.fwd_compute_s, c.comm_s);
+    c.bwd_s = time_alone(ip.bwd, launch_ticks, c.bwd_compute_s, c.comm_s);
     for (const Step& st : ip.bwd.steps)
       if (st.wgrad) c.wgrad_s += to_seconds(st.duration).value();
     c.act_bytes = ip.act_bytes;
