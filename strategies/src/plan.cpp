@@ -570,8 +570,10 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
       s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(s.simulation.launch_overhead);
-      if (!q.has({"launch_overhead"}))
-        diag.error("/simulation/host_dispatch/launch_overhead", "", "is required (host time per kernel launch, e.g. \"20us\")");
+      if (!q.has({"launch_overhead"}) && s.simulation.launch_overhead <= 0)
+        diag.error("/simulation/host_dispatch/launch_overhead", "",
+                   "is required: device " + s.cluster.device.name +
+                       " has no calibrated host_op_time (host time per kernel launch, e.g. \"20us\")");
       s.simulation.fused_vector_ops = q.boolean({"fused_vector_ops"}, false);
       q.finish();
     }
