@@ -45,7 +45,8 @@ def chromium(browser, profile, *args, timeout=90):
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
            "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars",
            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # a sanitizer build's runtimes are not Chromium's
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def fail(msg):

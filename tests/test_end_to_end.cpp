@@ -2,6 +2,7 @@
 // invariants (determinism, fidelity equivalence, breakdowns that add up).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -182,4 +183,46 @@ TEST_CASE("end to end: full recomputation adds exactly the decoder layers' forwa
   const double logits = 32000.0 * seq * 4;
   CHECK(b.activations >= L * h * seq * 2 + logits * 0.999);
   CHECK(b.activations - logits < 0.1 * (b.activations_unoptimised - logits));
+}
+
+TEST_CASE("end to end: inputs that push a step past the time horizon are bad input naming them, never a negative step",
+          "[e2e][integrity]") {
+  auto error_of = [](const std::vector<std::string>& sets, const std::string& fidelity) {
+    std::vector<std::string> all = sets;
+    all.push_back("simulation.fidelity=\"" + fidelity + "\"");
+    try {
+      const Simulation sim = simulate(from_file("scenarios/pangu-ultra-moe-718b.json", all));
+      FAIL("simulated a step of " << sim.result.step_time_s << " s");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const char* fid : {"balanced", "fast"}) {
+    const std::string slow = error_of({"cluster.scale_up.link_bandwidth=\"1B/s\"", "cluster.scale_out.nic_bandwidth=\"1B/s\""}, fid);
+    CHECK(slow.find("/cluster/scale_up/link_bandwidth: \"1B/s\"") != std::string::npos);
+    CHECK(slow.find("/cluster/scale_out/nic_bandwidth: \"1B/s\"") != std::string::npos);
+    CHECK(slow.find("horizon of 26.7 days") != std::string::npos);
+    const std::string slow100 = error_of({"cluster.scale_up.link_bandwidth=\"100B/s\"", "cluster.scale_out.nic_bandwidth=\"100B/s\""}, fid);
+    CHECK(slow100.find("\"100B/s\"") != std::string::npos);
+    const std::string long_seq = error_of({"training.seq_length=1000000000"}, fid);
+    CHECK(long_seq.find("/training/seq_length: 1000000000") != std::string::npos);
+  }
+}
+
+TEST_CASE("end to end: a result that breaks an invariant is an internal error, not an answer", "[e2e][integrity]") {
+  const Simulation sim = simulate(from_file("scenarios/pangu-ultra-moe-718b.json"));
+  CHECK_NOTHROW(check_result_invariants(sim.result));
+  Result r = sim.result;
+  r.breakdown.bubble = -r.breakdown.bubble - 1;
+  CHECK_THROWS_AS(check_result_invariants(r), InternalError);
+  r = sim.result;
+  r.step_time_s = -9059532.0;
+  CHECK_THROWS_WITH(check_result_invariants(r), Catch::Contains("this is a bug"));
+  r = sim.result;
+  r.breakdown.compute += 1.0;  // the parts no longer add up to the step
+  CHECK_THROWS_WITH(check_result_invariants(r), Catch::Contains("add up"));
+  r = sim.result;
+  r.stages[0].memory.activations = std::nan("");
+  CHECK_THROWS_AS(check_result_invariants(r), InternalError);
 }

@@ -2,10 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "moesim/strategies/search.hpp"
+#include "moesim/strategies/search_journal.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -70,32 +73,189 @@ TEST_CASE("search: plans over memory never appear in the ranking", "[search]") {
   }
 }
 
-TEST_CASE("search: --resume continues from the last written line", "[search]") {
+namespace {
+/// A fresh folder under the build tree for one test's files (never the source tree).
+std::string test_dir(const std::string& name) {
+  const std::filesystem::path d = std::filesystem::path(MOESIM_TEST_OUTPUT_DIR) / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+std::vector<std::string> read_lines(const std::string& file) {
+  std::vector<std::string> lines;
+  std::ifstream in(file);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+void write_text(const std::string& file, const std::string& text) {
+  std::ofstream out(file, std::ios::trunc | std::ios::binary);
+  out << text;
+}
+
+/// The ConfigError message of a resumed search, or "" when it succeeds.
+std::string resume_error(const Scenario& s, const std::string& file) {
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.out_file = file;
+  opt.resume = true;
+  try {
+    search(s, parse_search_space(s), opt);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("search: --resume continues an interrupted journal; its cut last line is removed, not glued to", "[search]") {
   const Scenario s = small();
   const SearchSpace space = parse_search_space(s);
-  const std::string file = kRoot + "/build/search_resume_test.jsonl";
+  const std::string dir = test_dir("resume_partial");
+  const std::string file = dir + "/results.jsonl";
   SearchOptions opt;
   opt.threads = 2;
   opt.out_file = file;
   const SearchReport full = search(s, space, opt);
-  // Simulate an interruption: keep the header and 3 results, and a line cut in half.
-  std::vector<std::string> lines;
-  {
-    std::ifstream in(file);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-  }
+  const std::vector<std::string> lines = read_lines(file);
   REQUIRE(lines.size() == 1 + full.simulated);
-  {
-    std::ofstream out(file, std::ios::trunc);
-    for (int i = 0; i < 4; ++i) out << lines[i] << "\n";
-    out << lines[4].substr(0, lines[4].size() / 2);  // no newline: cut mid-write
-  }
+  CHECK_FALSE(std::filesystem::exists(file + ".partial"));  // a finished search leaves only FILE
+  // An interrupted run: FILE still holds an older version, the journal the header, 3 results
+  // and a line cut by the kill.
+  write_text(file, "an older results file\n");
+  std::string partial;
+  for (int i = 0; i < 4; ++i) partial += lines[i] + "\n";
+  partial += lines[4].substr(0, lines[4].size() / 2);  // no newline: cut mid-write
+  write_text(file + ".partial", partial);
   opt.resume = true;
   const SearchReport resumed = search(s, space, opt);
   CHECK(resumed.resumed == 3);
   CHECK(resumed.simulated == full.simulated - 3);
   CHECK(to_json(resumed, 100)["ranked"] == to_json(full, 100)["ranked"]);
-  std::remove(file.c_str());
+  // The finished journal replaced FILE: every line whole and sound, none glued to the cut one.
+  CHECK_FALSE(std::filesystem::exists(file + ".partial"));
+  const std::vector<std::string> after = read_lines(file);
+  CHECK(after.size() == lines.size());
+  for (const auto& l : after) CHECK_FALSE(nlohmann::json::parse(l, nullptr, false).is_discarded());
+  CHECK(resume_error(s, file).empty());  // and it resumes again, reusing everything
+}
+
+TEST_CASE("search: a finished results file is resumed with other axes or top_k; its result lines are reused",
+          "[search]") {
+  const std::string file = test_dir("resume_axes") + "/results.jsonl";
+  const Scenario s = small();
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.out_file = file;
+  const SearchReport first = search(s, parse_search_space(s), opt);
+  // Another top_k: the results do not depend on the axes, so the file is not thrown away.
+  const Scenario s2 = small({"search.top_k=4"});
+  opt.resume = true;
+  const SearchReport second = search(s2, parse_search_space(s2), opt);
+  CHECK(second.simulated == 0);
+  CHECK(second.resumed >= 4);
+  CHECK(read_lines(file).size() == 1 + first.simulated);
+}
+
+TEST_CASE("search: a forged, wrong-typed or foreign results file is refused with its file and line", "[search]") {
+  const Scenario s = small();
+  const std::string dir = test_dir("resume_refused");
+  const std::string file = dir + "/results.jsonl";
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.out_file = file;
+  search(s, parse_search_space(s), opt);
+  const std::vector<std::string> good = read_lines(file);
+  REQUIRE(good.size() > 3);
+  auto with_line = [&](std::size_t i, const std::string& line) {
+    std::string text;
+    for (std::size_t k = 0; k < good.size(); ++k) text += (k == i ? line : good[k]) + "\n";
+    write_text(file, text);
+    std::filesystem::remove(file + ".partial");
+  };
+  nlohmann::json j = nlohmann::json::parse(good[2]);
+  SECTION("a forged throughput that disagrees with the step time") {
+    j["result"]["tokens_per_s"] = 1e30;
+    with_line(2, j.dump());
+    const std::string e = resume_error(s, file);
+    CHECK(e.find(file + ":3") != std::string::npos);
+    CHECK(e.find("tokens_per_s") != std::string::npos);
+  }
+  SECTION("a consistent forgery: every part scaled, caught by the checksum") {
+    for (const char* k : {"step_time_s"}) j["result"][k] = j["result"][k].get<double>() / 2;
+    j["result"]["tokens_per_s"] = j["result"]["tokens_per_s"].get<double>() * 2;
+    j["result"]["mfu"] = j["result"]["mfu"].get<double>() * 2;
+    for (auto& [k, v] : j["result"]["breakdown_s"].items()) v = v.get<double>() / 2;
+    with_line(2, j.dump());
+    const std::string e = resume_error(s, file);
+    CHECK(e.find(file + ":3") != std::string::npos);
+  }
+  SECTION("a field of the wrong type") {
+    j["result"]["mfu"] = "high";
+    with_line(2, j.dump());
+    const std::string e = resume_error(s, file);
+    CHECK(e.find(file + ":3") != std::string::npos);
+    CHECK(e.find("result.mfu must be a number") != std::string::npos);
+  }
+  SECTION("a line that is not JSON in the middle") {
+    with_line(2, "{\"key\": ");
+    CHECK(resume_error(s, file).find(file + ":3") != std::string::npos);
+  }
+  SECTION("no header") {
+    with_line(0, good[1]);
+    CHECK(resume_error(s, file).find("no \"moesim_search\" header") != std::string::npos);
+  }
+  SECTION("another moesim version") {
+    nlohmann::json h = nlohmann::json::parse(good[0]);
+    h["version"] = "0.0.9";
+    with_line(0, h.dump());
+    CHECK(resume_error(s, file).find("moesim 0.0.9") != std::string::npos);
+  }
+  SECTION("another scenario") {
+    const Scenario other = small({"training.global_batch_size=128"});
+    SearchOptions o2;
+    o2.threads = 2;
+    o2.out_file = file;
+    o2.resume = true;
+    CHECK_THROWS_WITH(search(other, parse_search_space(other), o2), Catch::Contains("different scenario"));
+  }
+  SECTION("a line whose plan is not the one its key names") {
+    nlohmann::json k = nlohmann::json::parse(good[3]);
+    j["plan"] = k["plan"];
+    j["check"] = SearchJournal::checksum(nlohmann::json::parse(good[0])["fingerprint"], j["key"], j["plan"], j["result"]);
+    with_line(2, j.dump());
+    CHECK(resume_error(s, file).find("is not the plan its key") != std::string::npos);
+  }
+}
+
+TEST_CASE("search: the results file may not be the scenario, and an unwritable one is an error", "[search]") {
+  const std::string dir = test_dir("out_over_input");
+  const std::string scen = dir + "/scenario.json";
+  std::filesystem::copy_file(kRoot + "/tests/scenarios/search_small_moe.json", scen);
+  const std::string before = [&] {
+    std::ifstream in(scen);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const Scenario s = load_scenario_file(scen, {});
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.out_file = scen;
+  CHECK_THROWS_WITH(search(s, parse_search_space(s), opt), Catch::Contains("names a file this command reads"));
+  std::ifstream in(scen);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == before);
+  opt.out_file = "/dev/full";
+  CHECK_THROWS_WITH(search(s, parse_search_space(s), opt), Catch::Contains("No space left on device"));
+}
+
+TEST_CASE("search: a raised cancel flag stops the search with Cancelled", "[search]") {
+  const Scenario s = small();
+  CancelFlag cancel;
+  cancel.request();
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.cancel = &cancel;
+  CHECK_THROWS_AS(search(s, parse_search_space(s), opt), Cancelled);
 }
 
 TEST_CASE("search: an axis that leaves nothing, or a space too large, is bad input", "[search]") {

@@ -6,6 +6,7 @@
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/engine.hpp"
 #include "moesim/sim/flow.hpp"
+#include "moesim/sim/cancel.hpp"
 #include "moesim/sim/units.hpp"
 
 using namespace moesim;
@@ -268,4 +269,54 @@ TEST_CASE("flows: N flows into one port take N times one flow; late flows share 
   const FlowRun rz = z.run();
   CHECK(rz.finish[0] == 5);
   CHECK(rz.finish[1] == 7);
+}
+
+TEST_CASE("units: tick arithmetic saturates at the horizon instead of wrapping", "[sim][units][integrity]") {
+  CHECK(to_ticks(Seconds{1e300}) == kMaxTick);
+  CHECK(to_ticks(Seconds{-1.0}) == 0);
+  CHECK(add_ticks(kMaxTick - 5, 3) == kMaxTick - 2);
+  CHECK(add_ticks(kMaxTick - 5, 5) == kMaxTick);
+  CHECK(add_ticks(kMaxTick, kMaxTick) == kMaxTick);  // 2 x horizon would still fit int64; 4 x would not
+  CHECK(scale_ticks(kMaxTick / 2, 3.0) == kMaxTick);
+  CHECK(scale_ticks(1000, 1.5) == 1500);
+  CHECK(ticks_out_of_range(kMaxTick));
+  CHECK_FALSE(ticks_out_of_range(kMaxTick - 1));
+  // The horizon is about 26.7 days: a step longer than that is an input error, not a result.
+  CHECK(to_seconds(kMaxTick).value() / 86400 == Approx(26.69).epsilon(1e-3));
+}
+
+TEST_CASE("engine: a task that would end past the horizon stops the run and is named; no time wraps",
+          "[sim][engine][integrity]") {
+  TaskGraphBuilder b({"c"});
+  const ResourceId s = b.add_resource("r0/compute", 0, ResourceKind::Stream);
+  const TaskId a = b.add_task(kMaxTick / 2, 0, b.label("a"), 0, {s});
+  const TaskId c = b.add_task(kMaxTick - kMaxTick / 2, 0, b.label("b"), 0, {s});  // ends exactly at the horizon
+  const TaskId d = b.add_task(kMaxTick, 0, b.label("c"), 0, {s});  // a saturated duration
+  b.depend(a, c);
+  b.depend(c, d);
+  const TaskGraph g = std::move(b).build();
+  const RunResult r = Engine(g).run();
+  CHECK_FALSE(r.completed);
+  CHECK(r.out_of_range);
+  CHECK(r.failed_task == c);
+  CHECK(r.error.find("b#0 on r0/compute would end past the horizon") != std::string::npos);
+  for (TaskId t = 0; t < g.num_tasks(); ++t) {
+    CHECK(r.start[t] >= -1);
+    CHECK(r.end[t] >= -1);
+  }
+  CHECK(r.makespan >= 0);
+}
+
+TEST_CASE("engine: a raised cancel flag stops a run", "[sim][engine][integrity]") {
+  TaskGraphBuilder b({"c"});
+  const ResourceId s = b.add_resource("r0/compute", 0, ResourceKind::Stream);
+  for (int i = 0; i < 20000; ++i) b.add_task(10, 0, b.label("t"), i, {s});
+  const TaskGraph g = std::move(b).build();
+  CancelFlag cancel;
+  CHECK(Engine(g, &cancel).run().completed);
+  cancel.request();
+  const RunResult r = Engine(g, &cancel).run();
+  CHECK_FALSE(r.completed);
+  CHECK(r.cancelled);
+  CHECK(r.events < 20000);
 }

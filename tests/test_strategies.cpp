@@ -198,7 +198,8 @@ TEST_CASE("memory: a dense model with the distributed optimizer needs (6 + 12/d)
               "num_hidden_layers": 4, "num_attention_heads": 16, "vocab_size": 32000},
     "cluster": {"preset": "dgx-h100", "devices": 8},
     "training": {"seq_length": 1024, "global_batch_size": 8}})");
-  const auto& m2 = simulate(s2).lowered.stages[0].memory;
+  const Simulation sim2 = simulate(s2);  // keep the simulation alive: m2 refers into it
+  const auto& m2 = sim2.lowered.stages[0].memory;
   CHECK(m2.weights + m2.gradients + m2.optimizer == Approx(18 * P));
 }
 

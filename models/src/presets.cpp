@@ -106,6 +106,7 @@ ModelSpec load_model(const nlohmann::json& spec, const std::string& pointer, Dia
     if (j) m = parse_model_config(*j, "", local);
     for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
     if (m.name.empty() || m.name == m.architecture) m.name = path.stem().string();
+    m.source_file = path.string();
     return m;
   }
   if (!spec.is_object()) {

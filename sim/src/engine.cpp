@@ -56,7 +56,7 @@ constexpr std::uint32_t kNil = 0xffffffffu;
 
 class Run {
  public:
-  explicit Run(const TaskGraph& g) : g_(g) {
+  Run(const TaskGraph& g, const CancelFlag* cancel) : g_(g), cancel_(cancel) {
     const std::size_t n = g.num_tasks();
     const std::size_t nr = g.num_resources();
     const std::size_t ns = g.num_slots();
@@ -81,15 +81,21 @@ class Run {
     for (std::size_t t = 0; t < n; ++t)
       if (deps_[t] == 0) try_start(static_cast<TaskId>(t));
     std::size_t finished = 0;
-    while (!heap_.empty()) {
+    while (!heap_.empty() && !stopped_) {
       const Event e = heap_.pop();
       now_ = e.time;
       ++r_.events;
       complete(e.task);
       ++finished;
+      if (cancel_ != nullptr && (finished & 4095) == 0 && cancel_->requested()) {
+        stopped_ = true;
+        r_.completed = false;
+        r_.cancelled = true;
+        r_.error = "engine: cancelled";
+      }
     }
     r_.makespan = now_;
-    if (finished != n) describe_deadlock(finished);
+    if (!stopped_ && finished != n) describe_deadlock(finished);
     return std::move(r_);
   }
 
@@ -97,7 +103,7 @@ class Run {
   enum : std::uint8_t { kIdle = 0, kWaiting = 1, kRunning = 2, kDone = 3 };
 
   void try_start(TaskId t) {
-    if (deps_[t] != 0 || state_[t] >= kRunning) return;
+    if (deps_[t] != 0 || state_[t] >= kRunning || stopped_) return;
     const auto res = g_.resources_of(t);
     bool links_free = true;
     for (ResourceId r : res) {
@@ -113,11 +119,30 @@ class Run {
       return;
     }
     if (state_[t] == kWaiting) dequeue_waiting(t);
+    // now_ <= kMaxTick always, so the subtraction cannot wrap; an end at or past the horizon
+    // stops the run instead of wrapping into a negative time.
+    const Tick d = g_.duration(t);
+    if (d < 0 || d >= kMaxTick - now_) {
+      out_of_range(t, d);
+      return;
+    }
     for (ResourceId r : res)
       if (is_link_[r]) link_holder_[r] = t;
     state_[t] = kRunning;
     r_.start[t] = now_;
-    heap_.push(Event{now_ + g_.duration(t), seq_++, t});
+    heap_.push(Event{now_ + d, seq_++, t});
+  }
+
+  void out_of_range(TaskId t, Tick d) {
+    stopped_ = true;
+    r_.completed = false;
+    r_.out_of_range = true;
+    r_.failed_task = t;
+    const auto res = g_.resources_of(t);
+    r_.error = "engine: " + g_.label_text(g_.label(t)) + "#" + std::to_string(g_.ordinal(t)) +
+               (res.empty() ? std::string() : " on " + g_.resource(res[0]).name) + (d < 0 ? " has a negative duration" : " would end past the horizon") +
+               " (start " + std::to_string(to_seconds(now_).value()) + " s, duration " +
+               (ticks_out_of_range(d) ? std::string(">= horizon") : std::to_string(to_seconds(d).value()) + " s") + ")";
   }
 
   void complete(TaskId t) {
@@ -215,14 +240,16 @@ class Run {
   std::vector<std::uint32_t> wait_head_, wait_tail_;
   std::vector<std::uint32_t> slot_prev_, slot_next_;
   std::vector<TaskId> slot_owner_;
+  const CancelFlag* cancel_;
   EventHeap heap_;
   Tick now_ = 0;
+  bool stopped_ = false;
   std::uint64_t seq_ = 0;
 };
 
 }  // namespace
 
-RunResult Engine::run() { return Run(g_).run(); }
+RunResult Engine::run() { return Run(g_, cancel_).run(); }
 
 std::vector<TaskId> critical_path(const TaskGraph& g, const RunResult& r) {
   std::vector<TaskId> path;

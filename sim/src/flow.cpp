@@ -133,7 +133,8 @@ FlowRun FlowNetwork::run() const {
       ++out.recomputations;
       for (std::uint32_t f : active) {
         const double ticks = std::ceil(remaining[f] / (rate[f] * kPerTick));
-        due[f] = t + std::max<Tick>(1, static_cast<Tick>(std::min(ticks, static_cast<double>(kMaxTick / 2))));
+        // Saturates at the horizon (a flow that slow is reported out of range by the engine).
+        due[f] = add_ticks(t, std::max<Tick>(1, static_cast<Tick>(std::min(ticks, static_cast<double>(kMaxTick)))));
       }
     }
     Tick t_next = next < n ? release_[pending[next]] : kMaxTick;
@@ -143,8 +144,8 @@ FlowRun FlowNetwork::run() const {
     // Flows due within kMergeFraction of the elapsed time after the first one end at their own
     // due times, with one recomputation for all of them at the first: survivors get the freed
     // bandwidth at most that much early.
-    const Tick merge_until = t_next == first_due ? t_next + static_cast<Tick>(kMergeFraction * static_cast<double>(t_next - t0))
-                                                 : t_next;
+    const Tick merge_until =
+        t_next == first_due ? add_ticks(t_next, static_cast<Tick>(kMergeFraction * static_cast<double>(t_next - t0))) : t_next;
     const double dt = static_cast<double>(t_next - t) * kPerTick;
     std::size_t kept = 0;
     for (std::uint32_t f : active) {
@@ -158,6 +159,11 @@ FlowRun FlowNetwork::run() const {
     }
     active.resize(kept);
     t = t_next;
+    if (t >= kMaxTick) {  // at the horizon: whatever is still running ends there (saturated)
+      for (std::uint32_t f : active) out.finish[f] = kMaxTick;
+      for (; next < n; ++next) out.finish[pending[next]] = kMaxTick;
+      break;
+    }
   }
   for (Tick f : out.finish) out.makespan = std::max(out.makespan, f);
   return out;

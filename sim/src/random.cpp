@@ -24,11 +24,7 @@ Rng::Rng(std::uint64_t seed) {
 }
 
 Rng Rng::stream(std::uint64_t seed, std::string_view name) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
+  const std::uint64_t h = fnv1a(name);
   return Rng(seed ^ rotl(h, 17) ^ 0x5851f42d4c957f2dULL);
 }
 

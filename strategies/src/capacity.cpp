@@ -230,6 +230,7 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
       SearchOptions so;
       so.threads = opt.threads;
       so.top_k = opt.simulate_top;
+      so.cancel = opt.cancel;
       rep = search(sc, space, so);
     }
     p.plans_valid = rep.valid;

@@ -199,6 +199,7 @@ class Lowering {
 
   Lowered run();
   PlanEstimate estimate(EstimatorCache& cache);
+  void set_cancel(const CancelFlag* cancel) { cancel_ = cancel; }
 
  private:
   // ---- group shapes ------------------------------------------------------------------------
@@ -269,7 +270,7 @@ class Lowering {
       return 0;
     const bool per_expert =
         st.op != nullptr && st.op->kind == models::OpKind::Gemm && st.op->region == models::Region::Expert;
-    return per_expert ? launch * static_cast<Tick>(std::max(1.0, std::round(st.op->matrices / lay_.ep))) : launch;
+    return per_expert ? scale_ticks(launch, std::max(1.0, std::round(st.op->matrices / lay_.ep))) : launch;
   }
 
   /// A program timed alone (seconds): streams run their steps in order, dependencies are
@@ -510,6 +511,7 @@ class Lowering {
   // per stage, per chunk: programs
   ShapeCache* shape_cache_ = nullptr;
   std::unique_ptr<FlowCollectives> flow_;  ///< the flow-level network model, when used
+  const CancelFlag* cancel_ = nullptr;  ///< polled between pipeline operations (may be null)
   std::array<std::vector<int>, kNumGroupKinds> group_devices_;  ///< current stage, group of local 0
   std::map<std::tuple<int, double, double, int>, CollectiveCost> flow_cache_;
   int current_moe_layer_ = -1;  ///< MoE layer ordinal of the item being built (-1: none)
@@ -1648,7 +1650,7 @@ Lowered Lowering::run() {
         Tick start = 0;
         if (st.dep0 >= 0) start = std::max(start, end[st.dep0]);
         if (st.dep1 >= 0) start = std::max(start, end[st.dep1]);
-        end[i] = start + st.duration;
+        end[i] = add_ticks(start, st.duration);
         longest = std::max(longest, end[i]);
       }
       return longest;
@@ -1762,7 +1764,7 @@ void Lowering::emit(Fidelity fid) {
           std::array<GroupKind, kNumCats> grp{};
           std::array<Stream, kNumCats> stream{};
           for (const Step& st : prog->steps) {
-            by_cat[st.cat] += st.duration;
+            by_cat[st.cat] = add_ticks(by_cat[st.cat], st.duration);
             grp[st.cat] = st.group;
             stream[st.cat] = st.stream;
           }
@@ -1855,7 +1857,7 @@ void Lowering::emit(Fidelity fid) {
       Tick dur = st.duration;
       if (st.role == Role::Attention) {
         const int dp_i = local / (p_.tp * p_.cp);
-        dur = static_cast<Tick>(std::llround(static_cast<double>(dur) * attention_factor_[dp_i][mb]));
+        dur = scale_ticks(dur, attention_factor_[dp_i][mb]);
       } else if (skewed_ && st.role != Role::None) {
         dur = routed_duration(st, mb, local);
       }
@@ -1926,7 +1928,7 @@ void Lowering::emit(Fidelity fid) {
     auto remaining = [](const Program& p) {
       std::vector<Tick> r(p.steps.size() + 1, 0);
       for (std::size_t k = p.steps.size(); k-- > 0;)
-        r[k] = r[k + 1] + (p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
+        r[k] = add_ticks(r[k + 1], p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
       return r;
     };
     const std::vector<Tick> rem_a = remaining(a), rem_b = remaining(b);
@@ -1942,7 +1944,7 @@ void Lowering::emit(Fidelity fid) {
       std::vector<Tick>& end = take_a ? end_a : end_b;
       const std::size_t k = take_a ? i++ : j++;
       const Step& st = prog.steps[k];
-      end[k] = start_of(st, end) + st.duration;
+      end[k] = add_ticks(start_of(st, end), st.duration);
       stream_free[static_cast<int>(st.stream)] = end[k];
       instantiate_step(prog, k, stage, take_a ? mb_a : mb_b, take_a ? out_a : out_b);
     }
@@ -2073,6 +2075,7 @@ void Lowering::emit(Fidelity fid) {
     };
     const auto& order = out_.schedule[stage];
     for (std::size_t oi = 0; oi < order.size(); ++oi) {
+      throw_if_cancelled(cancel_);
       const PipeOp& op = order[oi];
       const Program& prog = program_of(op);
       if (prog.steps.empty()) continue;
@@ -2452,8 +2455,10 @@ PlanEstimate Lowering::estimate(EstimatorCache& cache) {
 
 }  // namespace
 
-Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w) {
+Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
+              const CancelFlag* cancel) {
   Lowering l(s, s.plan, topo, w);
+  l.set_cancel(cancel);
   return l.run();
 }
 

@@ -56,7 +56,7 @@ class Phase {
     recomputations += r.recomputations;
     std::map<int, Tick> arrival;
     for (std::size_t i = 0; i < flows_.size(); ++i) {
-      const Tick t = r.finish[i] + to_ticks(Seconds{flows_[i].latency});
+      const Tick t = add_ticks(r.finish[i], to_ticks(Seconds{flows_[i].latency}));
       auto& a = arrival[flows_[i].dst_group];
       a = std::max(a, t);
     }
@@ -107,7 +107,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         (node[i] == node[j] ? out_intra : out_inter)[i] += bytes[i][j];
       }
     for (const auto& [grp, t] : ph.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
-    end += to_ticks(Seconds{(k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency});
+    end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency}));
     c.algorithm = Algorithm::Pairwise;
   } else {
     // Phase 1: member i sends its server-aggregate for server n to its rail peer there.
@@ -133,7 +133,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
     Phase two(1);
     for (const auto& [n, mem] : members) {
       auto a = arrived.find(n);
-      const Tick release = (a == arrived.end() ? 0 : a->second) + alpha1;
+      const Tick release = add_ticks(a == arrived.end() ? 0 : a->second, alpha1);
       for (std::size_t r : mem)
         for (std::size_t j : mem) {
           if (r == j) continue;
@@ -146,7 +146,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
       end = std::max(end, release);
     }
     for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
-    end += to_ticks(Seconds{(k - 1) * g.intra_latency});
+    end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency}));
     c.algorithm = algo;
   }
   c.time = to_seconds(end);

@@ -756,6 +756,15 @@ RlSimulation simulate_rl(const RlScenario& s) {
   }
   out.graph = std::move(b).build();
   out.run = sim::Engine(out.graph).run();
+  if (out.run.out_of_range) {
+    const sim::TaskId t = out.run.failed_task;
+    throw ConfigError({Diagnostic{s.file, "/rl", "",
+                                  "makes the RL run last longer than the simulator's horizon of 26.7 days ('" +
+                                      out.graph.label_text(out.graph.label(t)) + "' of step " +
+                                      std::to_string(out.graph.ordinal(t)) +
+                                      " would end past it): check the rollout, batch and response-length settings"}});
+  }
+  if (!out.run.completed) throw InternalError("the RL task graph did not complete (a bug in moesim): " + out.run.error);
   r.tasks = out.graph.num_tasks();
   r.events = out.run.events;
 
@@ -881,11 +890,17 @@ RlSimulation simulate_rl(const RlScenario& s) {
     }
     r.limit = lim;
   }
-  if (!out.run.completed && r.feasible) {
-    r.feasible = false;
-    r.infeasible_reason = "internal: the RL task graph did not complete: " + out.run.error;
-  }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  // Never an unsound answer (simulate.hpp's check_result_invariants for the RL step).
+  std::string bad;
+  auto check = [&](const std::string& name, double v) {
+    if (!std::isfinite(v) || v < 0) bad += (bad.empty() ? "" : "; ") + name + " = " + std::to_string(v);
+  };
+  check("step_time_s", r.step_time_s);
+  check("response_tokens_per_s", r.response_tokens_per_s);
+  check("total_tokens_per_s", r.total_tokens_per_s);
+  for (const RlPhase& ph : r.phases) check("phase " + ph.name, ph.seconds);
+  if (!bad.empty()) throw InternalError("the RL result breaks its invariants (this is a bug in moesim): " + bad);
   return out;
 }
 

@@ -103,7 +103,7 @@ std::vector<StageOrder> zero_bubble_h1(int p, int m, const StageCosts& costs) {
       if (b_ready) {
         out[s].push_back({Phase::Backward, nb, 0});
         d = cost(s, 1);
-        b_end[s][nb] = now + d;
+        b_end[s][nb] = add_ticks(now, d);
         ++b_done[s];
         w_queue[s].push_back(nb);
       } else if (w_due || (w_ready && !f_ready)) {
@@ -113,12 +113,12 @@ std::vector<StageOrder> zero_bubble_h1(int p, int m, const StageCosts& costs) {
       } else if (f_ready) {
         out[s].push_back({Phase::Forward, nf, 0});
         d = cost(s, 0);
-        f_end[s][nf] = now + d;
+        f_end[s][nf] = add_ticks(now, d);
         ++next_f[s];
       } else {
         continue;
       }
-      free_at[s] = now + d;
+      free_at[s] = add_ticks(now, d);
       --remaining;
     }
     // Advance to the next time anything can change.
@@ -179,7 +179,7 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int
         const int mb = next_b[s][bc]++;
         out[s].push_back({Phase::Backward, mb, bc});
         d = cost(s, bc, 1);
-        b_end[vs(s, bc)][mb] = now + d;
+        b_end[vs(s, bc)][mb] = add_ticks(now, d);
         w_queue[s].push_back({bc, mb});
         ++b_count[s];
         --open[s];
@@ -192,12 +192,12 @@ std::vector<StageOrder> zero_bubble_v(int p, int m, const StageCosts& costs, int
         const int mb = next_f[s][fc]++;
         out[s].push_back({Phase::Forward, mb, fc});
         d = cost(s, fc, 0);
-        f_end[vs(s, fc)][mb] = now + d;
+        f_end[vs(s, fc)][mb] = add_ticks(now, d);
         ++open[s];
       } else {
         continue;
       }
-      free_at[s] = now + d;
+      free_at[s] = add_ticks(now, d);
       --remaining;
     }
     // Advance to the next time anything can change.

@@ -5,13 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "moesim/sim/parallel.hpp"
+#include "moesim/strategies/search_journal.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::strategies {
@@ -403,15 +404,6 @@ std::string bottleneck_of(const Breakdown& b) {
   return name;
 }
 
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 nlohmann::json result_json(const RankedPlan& r) {
   return {{"feasible", r.feasible},
           {"infeasible_reason", r.infeasible_reason},
@@ -430,7 +422,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   SearchReport rep;
   rep.objective = space.objective;
   rep.space_size = space.size();
-  const int threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int threads = opt.threads > 0 ? opt.threads : hardware_threads();
   rep.threads = threads;
   const int top_k = opt.top_k > 0 ? opt.top_k : space.top_k;
   const models::Workload w = models::build_workload(base.model, base.training.seq_length, base.training.workload);
@@ -524,49 +516,29 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
     return plan_is_valid(p, base.training, base.model, base.cluster);
   };
 
-  std::vector<std::vector<Candidate>> per_thread(threads);
+  // Screening: every worker keeps its own estimator (caches) and candidate list; the list is
+  // sorted afterwards, so the hand-out order does not matter.
+  std::vector<std::vector<Candidate>> per_worker(threads);
   std::vector<std::size_t> valid_count(threads, 0);
-  std::atomic<std::size_t> done{0};
-  auto screen = [&](int t) {
-    Estimator est(base, topo, w);
-    const std::size_t lo = total * t / threads, hi = total * (t + 1) / threads;
-    for (std::size_t i = lo; i < hi; ++i) {
-      Candidate c;
-      if (make_plan(i, c.plan, c.recompute_name)) {
-        ++valid_count[t];
-        c.index = i;
-        c.est = est.estimate(c.plan);
-        if (c.est.fits && c.est.step_s > 0) {
-          c.score = objective_value(space.objective, c.est.tokens_per_s, c.est.mfu, devices, space.train_tokens);
-          per_thread[t].push_back(std::move(c));
-        }
-      }
-      if ((i & 255) == 255) done.fetch_add(256, std::memory_order_relaxed);
+  std::vector<std::unique_ptr<Estimator>> estimators(threads);
+  ParallelOptions screen_opt{.threads = threads, .grain = 256, .cancel = opt.cancel, .tick = {}, .tick_ms = 100};
+  if (opt.progress) screen_opt.tick = [&](std::size_t done) { opt.progress("screening", done, total); };
+  parallel_for(total, screen_opt, [&](int worker, std::size_t i) {
+    Candidate c;
+    if (!make_plan(i, c.plan, c.recompute_name)) return;
+    ++valid_count[worker];
+    if (!estimators[worker]) estimators[worker] = std::make_unique<Estimator>(base, topo, w);
+    c.index = i;
+    c.est = estimators[worker]->estimate(c.plan);
+    if (c.est.fits && c.est.step_s > 0) {
+      c.score = objective_value(space.objective, c.est.tokens_per_s, c.est.mfu, devices, space.train_tokens);
+      per_worker[worker].push_back(std::move(c));
     }
-  };
-  {
-    // Workers screen index ranges; the calling thread reports progress when asked to.
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      if (t == 0 && !opt.progress) continue;
-      pool.emplace_back(screen, t);
-    }
-    if (opt.progress) {
-      while (done.load() < total && std::any_of(pool.begin(), pool.end(), [](std::thread& th) { return th.joinable(); })) {
-        opt.progress("screening", std::min(done.load(), total), total);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (done.load() + 256 * static_cast<std::size_t>(threads) >= total) break;
-      }
-    } else {
-      screen(0);
-    }
-    for (auto& th : pool) th.join();
-    if (opt.progress) opt.progress("screening", total, total);
-  }
+  });
   std::vector<Candidate> cands;
   for (int t = 0; t < threads; ++t) {
     rep.valid += valid_count[t];
-    for (auto& c : per_thread[t]) cands.push_back(std::move(c));
+    for (auto& c : per_worker[t]) cands.push_back(std::move(c));
   }
   // Plans the estimate deems over memory were dropped; count the fits for the report.
   rep.screened = rep.valid;
@@ -576,51 +548,13 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
             [](const Candidate& a, const Candidate& b) { return better(a.score, a.key, b.score, b.key); });
   rep.screening_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // ---- resume: results already in the out file --------------------------------------------
-  nlohmann::json sig_doc = base.document;
-  sig_doc.erase("search");
-  const std::string signature = std::to_string(fnv1a(sig_doc.dump() + space.to_json().dump() + std::to_string(top_k)));
-  std::map<std::string, RankedPlan> previous;
-  if (opt.resume && !opt.out_file.empty()) {
-    std::ifstream in(opt.out_file);
-    std::string line;
-    bool header_ok = false;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) continue;  // a line cut by the interruption
-      if (j.contains("moesim_search")) {
-        header_ok = j.value("signature", "") == signature;
-        continue;
-      }
-      if (!header_ok || !j.contains("key") || !j.contains("result")) continue;
-      RankedPlan r;
-      r.key = j["key"].get<std::string>();
-      const auto& res = j["result"];
-      r.feasible = res.value("feasible", false);
-      r.infeasible_reason = res.value("infeasible_reason", "");
-      r.step_time_s = res.value("step_time_s", 0.0);
-      r.tokens_per_s = res.value("tokens_per_s", 0.0);
-      r.mfu = res.value("mfu", 0.0);
-      r.peak_memory_bytes = res.value("peak_memory_bytes", 0.0);
-      r.headroom_bytes = res.value("headroom_bytes", 0.0);
-      r.bottleneck = res.value("bottleneck", "");
-      if (res.contains("breakdown_s")) r.breakdown = breakdown_from_json(res["breakdown_s"]);
-      r.simulated = true;
-      r.resumed = true;
-      previous[r.key] = r;
-    }
-  }
-  std::ofstream out;
-  std::mutex out_mu;
-  if (!opt.out_file.empty()) {
-    const bool append = opt.resume && !previous.empty();
-    out.open(opt.out_file, append ? std::ios::app : std::ios::trunc);
-    if (!out) throw ConfigError({Diagnostic{opt.out_file, "", "", "cannot be written"}});
-    if (!append) {
-      out << nlohmann::json{{"moesim_search", 1}, {"signature", signature}, {"space", space.to_json()}}.dump() << "\n";
-      out.flush();
-    }
-  }
+  // ---- the results file: earlier results (--resume), new ones as they arrive -----------------
+  JournalChecks checks;
+  checks.tokens_per_step = base.training.tokens_per_step();
+  checks.model_flops_per_token = w.model_flops_per_token;
+  checks.devices = devices;
+  checks.peak_flops_per_device = base.cluster.device.mfu_peak(base.training.precision).value();
+  SearchJournal journal(opt.out_file, opt.resume, search_fingerprint(base, space.fidelity), checks, base.input_files());
 
   // ---- event-simulate the best candidates until K feasible ----------------------------------
   const auto t1 = std::chrono::steady_clock::now();
@@ -632,48 +566,54 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
     // thread count), so the simulated set does not depend on the threads.
     const std::size_t wave = std::min<std::size_t>(static_cast<std::size_t>(top_k - feasible), cands.size() - next);
     std::vector<RankedPlan> batch(wave);
-    std::atomic<std::size_t> cursor{0};
-    auto worker = [&] {
-      for (std::size_t i; (i = cursor.fetch_add(1)) < wave;) {
-        const Candidate& c = cands[next + i];
-        RankedPlan& r = batch[i];
-        auto prev = previous.find(c.key);
-        if (prev != previous.end()) {
-          r = prev->second;
-        } else {
-          Scenario sc = base;
-          sc.plan = c.plan;
-          sc.simulation.fidelity = space.fidelity;
-          sc.document["parallelism"] = plan_to_json(c.plan, base.model);
-          const Simulation sim = simulate(sc);
-          const Result& res = sim.result;
-          r.feasible = res.feasible;
-          r.infeasible_reason = res.infeasible_reason;
-          r.step_time_s = res.step_time_s;
-          r.tokens_per_s = res.tokens_per_s;
-          r.mfu = res.mfu;
-          r.peak_memory_bytes = res.peak_memory_bytes;
-          r.headroom_bytes = res.capacity_bytes - res.peak_memory_bytes;
-          r.breakdown = res.breakdown;
-          r.bottleneck = bottleneck_of(res.breakdown);
-          r.simulated = true;
-        }
-        r.key = c.key;
-        r.plan = c.plan;
-        r.plan_json = plan_to_json(c.plan, base.model);
-        r.estimate = c.est;
-        r.objective = objective_value(space.objective, r.tokens_per_s, r.mfu, devices, space.train_tokens);
-        if (!r.resumed && out.is_open()) {
-          std::lock_guard<std::mutex> lock(out_mu);
-          out << nlohmann::json{{"key", r.key}, {"plan", r.plan_json}, {"result", result_json(r)}}.dump() << "\n";
-          out.flush();
-        }
+    ParallelOptions sim_opt{.threads = threads, .grain = 1, .cancel = opt.cancel, .tick = {}, .tick_ms = 100};
+    parallel_for(wave, sim_opt, [&](int, std::size_t i) {
+      const Candidate& c = cands[next + i];
+      RankedPlan& r = batch[i];
+      r.key = c.key;
+      r.plan = c.plan;
+      r.plan_json = plan_to_json(c.plan, base.model);
+      r.estimate = c.est;
+      if (const JournalEntry* prev = journal.find(c.key)) {
+        // The key names the plan; a line whose plan is not the one its key names in this
+        // search was not written by it.
+        if (prev->plan != r.plan_json)
+          throw ConfigError({Diagnostic{journal.source() + ":" + std::to_string(prev->line), "/plan", json_brief(prev->plan),
+                                        "is not the plan its key " + c.key + " names in this search (expected " +
+                                            json_brief(r.plan_json) + "); remove the line (or the file) and resume"}});
+        const auto& res = prev->result;
+        r.feasible = res["feasible"].get<bool>();
+        r.infeasible_reason = res["infeasible_reason"].get<std::string>();
+        r.step_time_s = res["step_time_s"].get<double>();
+        r.tokens_per_s = res["tokens_per_s"].get<double>();
+        r.mfu = res["mfu"].get<double>();
+        r.peak_memory_bytes = res["peak_memory_bytes"].get<double>();
+        r.headroom_bytes = res["headroom_bytes"].get<double>();
+        r.bottleneck = res["bottleneck"].get<std::string>();
+        r.breakdown = breakdown_from_json(res["breakdown_s"]);
+        r.simulated = true;
+        r.resumed = true;
+      } else {
+        Scenario sc = base;
+        sc.plan = c.plan;
+        sc.simulation.fidelity = space.fidelity;
+        sc.document["parallelism"] = r.plan_json;
+        const Simulation sim = simulate(sc, opt.cancel);
+        const Result& res = sim.result;
+        r.feasible = res.feasible;
+        r.infeasible_reason = res.infeasible_reason;
+        r.step_time_s = res.step_time_s;
+        r.tokens_per_s = res.tokens_per_s;
+        r.mfu = res.mfu;
+        r.peak_memory_bytes = res.peak_memory_bytes;
+        r.headroom_bytes = res.capacity_bytes - res.peak_memory_bytes;
+        r.breakdown = res.breakdown;
+        r.bottleneck = bottleneck_of(res.breakdown);
+        r.simulated = true;
+        journal.append(r.key, r.plan_json, result_json(r));
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, static_cast<int>(wave)); ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& th : pool) th.join();
+      r.objective = objective_value(space.objective, r.tokens_per_s, r.mfu, devices, space.train_tokens);
+    });
     for (auto& r : batch) {
       if (r.resumed) ++rep.resumed;
       else ++rep.simulated;
@@ -683,6 +623,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
     next += wave;
     if (opt.progress) opt.progress("simulating", std::min<std::size_t>(feasible, top_k), top_k);
   }
+  journal.finish();
   rep.simulation_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
   for (auto& r : results) (r.feasible ? rep.ranked : rep.infeasible).push_back(r);

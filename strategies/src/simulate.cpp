@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "moesim/topologies/topology.hpp"
 
@@ -199,10 +202,93 @@ std::string gib_text(double b) {
   return buf;
 }
 
+/// The value of an input as the scenario wrote it (JSON text), or its effective value when it
+/// came from a preset.
+std::string input_text(const Scenario& s, const std::string& pointer, const std::string& effective) {
+  try {
+    const nlohmann::json::json_pointer ptr(pointer);
+    if (s.document.contains(ptr)) return json_brief(s.document.at(ptr));
+  } catch (const nlohmann::json::exception&) {
+  }
+  return effective + " (from the preset)";
+}
+
+/// A run stopped because a task would have ended past the engine's horizon: the inputs made the
+/// step absurdly long. Names the inputs that set the failed task's duration, the implausible
+/// ones first (or only), with their values as written.
+ConfigError out_of_range_error(const Scenario& s, const Lowered& low, const sim::RunResult& run) {
+  struct Input {
+    std::string pointer, value;
+    bool implausible;
+    std::string why;
+  };
+  std::vector<Input> in;
+  const auto& c = s.cluster;
+  const auto& d = c.device;
+  auto rate = [](double v) { return fmt::format("{:.4g} B/s", v); };
+  const sim::Category cat = run.failed_task != sim::kNoTask ? low.graph.category(run.failed_task) : sim::Category{kCompute};
+  // Typical ranges: real links move 12.5-900 GB/s per direction (hardware.md), real devices
+  // 10-5000 TFLOP/s; published training sequences reach ~1M tokens.
+  constexpr double kSlowLink = 1e8, kSlowDevice = 1e12, kLongSequence = 1 << 24;
+  if (is_comm(cat)) {
+    in.push_back({"/cluster/scale_up/link_bandwidth",
+                  input_text(s, "/cluster/scale_up/link_bandwidth", rate(c.scale_up_link_bandwidth.value())),
+                  c.scale_up_achieved().value() < kSlowLink, "a scale-up link below 100 MB/s is far slower than any real one"});
+    in.push_back({"/cluster/scale_out/nic_bandwidth",
+                  input_text(s, "/cluster/scale_out/nic_bandwidth", rate(c.nic_bandwidth.value())),
+                  c.nic_achieved().value() < kSlowLink, "a NIC below 100 MB/s is far slower than any real one"});
+  } else if (cat == kSwap) {
+    in.push_back({"/cluster/device/host_bandwidth", input_text(s, "/cluster/device/host_bandwidth", rate(d.host_bandwidth.value())),
+                  d.host_bandwidth.value() < kSlowLink, "a device-host link below 100 MB/s is far slower than any real one"});
+  } else if (cat == kLaunch) {
+    in.push_back({"/simulation/host_dispatch/launch_overhead",
+                  input_text(s, "/simulation/host_dispatch/launch_overhead", format_seconds(s.simulation.launch_overhead)),
+                  s.simulation.launch_overhead > 1.0, "a host time above 1 s per operator is far beyond any framework"});
+  } else {
+    const double peak = d.peak(s.training.precision).value();
+    in.push_back({"/cluster/device/peak_flops", input_text(s, "/cluster/device/peak_flops", fmt::format("{:.4g} FLOP/s", peak)),
+                  peak < kSlowDevice, "a device below 1 TFLOP/s is far slower than any training accelerator"});
+    in.push_back({"/cluster/device/hbm/bandwidth",
+                  input_text(s, "/cluster/device/hbm/bandwidth", rate(d.hbm_bandwidth.value())),
+                  d.hbm_bandwidth.value() < kSlowLink, "a memory below 100 MB/s is far slower than any real HBM"});
+  }
+  in.push_back({"/training/seq_length", std::to_string(s.training.seq_length),
+                static_cast<double>(s.training.seq_length) > kLongSequence,
+                "sequences above 16M tokens are far beyond any published training run"});
+  in.push_back({"/parallelism/micro_batch_size", std::to_string(s.plan.mbs), false, ""});
+  const bool any = std::any_of(in.begin(), in.end(), [](const Input& i) { return i.implausible; });
+  std::string task = "a task";
+  if (run.failed_task != sim::kNoTask) {
+    const auto& g = low.graph;
+    const auto res = g.resources_of(run.failed_task);
+    task = "'" + g.label_text(g.label(run.failed_task)) + "' (" + category_names()[cat] + ")" +
+           (res.empty() ? std::string() : " on " + g.resource(res[0]).name);
+  }
+  const std::string what = fmt::format("makes one training step last longer than the simulator's horizon of {:.1f} days ({} would end past it)",
+                                       to_seconds(kMaxTick).value() / 86400.0, task);
+  std::vector<Diagnostic> diags;
+  for (const Input& i : in) {
+    if (any && !i.implausible) continue;
+    diags.push_back(Diagnostic{s.file, i.pointer, i.value,
+                               any ? what + ": " + i.why
+                                   : "with the other inputs listed " + what + "; no single one is out of the ordinary"});
+  }
+  return ConfigError(std::move(diags));
+}
+
+/// Turns an engine run that did not complete into the right failure channel.
+void check_run(const sim::RunResult& run, const Scenario& s, const Lowered& low) {
+  if (run.completed) return;
+  if (run.cancelled) throw Cancelled();
+  if (run.out_of_range) throw out_of_range_error(s, low, run);
+  throw InternalError(run.error + " (this is a bug in moesim's lowering)");
+}
+
 /// Interference of communication with compute on the same device: each compute kernel is
 /// stretched by slowdown x (the share of its time overlapped by the rank's communication in the
 /// previous run), and the engine re-runs; two passes settle the overlap pattern.
-void slow_overlapped_compute(Simulation& out, double slowdown) {
+void slow_overlapped_compute(Simulation& out, const Scenario& s, const CancelFlag* cancel) {
+  const double slowdown = s.simulation.comm_compute_slowdown;
   sim::TaskGraph& g = out.lowered.graph;
   std::vector<Tick> base(g.num_tasks());
   for (sim::TaskId t = 0; t < g.num_tasks(); ++t) base[t] = g.duration(t);
@@ -220,27 +306,73 @@ void slow_overlapped_compute(Simulation& out, double slowdown) {
         if (d <= 0 || base[t] <= 0 || g.category(t) == kLaunch) continue;  // host waits are not kernels
         const Tick alone = measure_minus({{out.run.start[t], out.run.end[t]}}, comm);
         const double overlapped = static_cast<double>(d - alone) / static_cast<double>(d);
-        g.set_duration(t, static_cast<Tick>(std::llround(static_cast<double>(base[t]) * (1.0 + slowdown * overlapped))));
+        g.set_duration(t, scale_ticks(base[t], 1.0 + slowdown * overlapped));
       }
     }
-    out.run = sim::Engine(g).run();
-    if (!out.run.completed) throw std::logic_error(out.run.error);
+    out.run = sim::Engine(g, cancel).run();
+    check_run(out.run, s, out.lowered);
   }
 }
 
 }  // namespace
 
-Simulation simulate(const Scenario& s) {
+/// A result is printed only when it is sound: finite, non-negative times whose parts add up to
+/// the step, finite non-negative memory. Anything else is a bug (exit 1), never an answer.
+void check_result_invariants(const Result& r) {
+  std::vector<std::string> bad;
+  auto time_ok = [&](const char* name, double v) {
+    if (!std::isfinite(v) || v < 0) bad.push_back(fmt::format("{} = {}", name, v));
+  };
+  auto parts_ok = [&](const std::string& where, const Breakdown& b, double step) {
+    const std::pair<const char*, double> parts[] = {
+        {"compute", b.compute},     {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
+        {"ep_comm", b.ep_comm},     {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
+        {"bubble", b.bubble},       {"imbalance_wait", b.imbalance_wait},
+        {"swap", b.swap},           {"host_bound", b.host_bound}, {"other", b.other}, {"recompute", b.recompute}};
+    const double tol = 1e-6 * step + 1e-9;
+    for (const auto& [name, v] : parts)
+      if (!std::isfinite(v) || v < -tol) bad.push_back(fmt::format("{}breakdown {} = {}", where, name, v));
+    if (std::abs(b.total() - step) > tol)
+      bad.push_back(fmt::format("{}breakdown parts add up to {} s, not the step's {} s", where, b.total(), step));
+  };
+  time_ok("step_time_s", r.step_time_s);
+  time_ok("tokens_per_s", r.tokens_per_s);
+  time_ok("mfu", r.mfu);
+  time_ok("hfu", r.hfu);
+  time_ok("comm_s_per_device", r.comm_seconds_per_device);
+  if (!(r.comm_overlap_fraction >= 0 && r.comm_overlap_fraction <= 1 + 1e-9))
+    bad.push_back(fmt::format("comm_overlap_fraction = {}", r.comm_overlap_fraction));
+  parts_ok("", r.breakdown, r.step_time_s);
+  for (const StageResult& st : r.stages) {
+    const MemoryBreakdown& m = st.memory;
+    const std::pair<const char*, double> mem[] = {{"weights", m.weights},         {"gradients", m.gradients},
+                                                  {"optimizer", m.optimizer},     {"activations", m.activations},
+                                                  {"transient", m.transient},     {"reserved", m.reserved},
+                                                  {"swapped", m.swapped}};
+    for (const auto& [name, v] : mem)
+      if (!std::isfinite(v) || v < 0) bad.push_back(fmt::format("stage {} memory {} = {}", st.stage, name, v));
+    parts_ok(fmt::format("stage {} ", st.stage), st.breakdown, r.step_time_s);
+  }
+  if (!std::isfinite(r.peak_memory_bytes) || r.peak_memory_bytes < 0)
+    bad.push_back(fmt::format("peak_memory_bytes = {}", r.peak_memory_bytes));
+  if (bad.empty()) return;
+  std::string msg = "the result breaks its invariants (this is a bug in moesim, not in the input):";
+  for (std::size_t i = 0; i < bad.size() && i < 8; ++i) msg += (i ? "; " : " ") + bad[i];
+  if (bad.size() > 8) msg += fmt::format("; and {} more", bad.size() - 8);
+  throw InternalError(msg);
+}
+
+Simulation simulate(const Scenario& s, const CancelFlag* cancel) {
   const auto t0 = std::chrono::steady_clock::now();
   Simulation out;
   Result& r = out.result;
   const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
   const topologies::Topology topo = topologies::build_topology(s.cluster);
-  out.lowered = lower(s, topo, w);
+  out.lowered = lower(s, topo, w, cancel);
   const Lowered& low = out.lowered;
-  out.run = sim::Engine(low.graph).run();
-  if (!out.run.completed) throw std::logic_error(out.run.error);
-  if (s.simulation.comm_compute_slowdown > 0) slow_overlapped_compute(out, s.simulation.comm_compute_slowdown);
+  out.run = sim::Engine(low.graph, cancel).run();
+  check_run(out.run, s, low);
+  if (s.simulation.comm_compute_slowdown > 0) slow_overlapped_compute(out, s, cancel);
 
   const double devices = s.cluster.devices;
   const double step = to_seconds(out.run.makespan).value();
@@ -266,6 +398,7 @@ Simulation simulate(const Scenario& s) {
   for (std::size_t i = 0; i < low.ranks.size(); ++i)
     for (sim::ResourceId res : low.ranks[i].streams) owner[res] = static_cast<int>(i);
   for (std::size_t i = 0; i < low.ranks.size(); ++i) {
+    throw_if_cancelled(cancel);
     const SimRank& rank = low.ranks[i];
     const RankTimes rt = rank_times(low.graph, out.run, rank, static_cast<int>(i), owner, out.run.makespan);
     add_scaled(r.breakdown, rt.b, rank.weight);
@@ -332,6 +465,7 @@ Simulation simulate(const Scenario& s) {
   r.tasks = low.graph.num_tasks();
   r.events = out.run.events;
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check_result_invariants(r);
   return out;
 }
 

@@ -25,7 +25,7 @@ def test_example_notebook_executes_without_errors(root, monkeypatch):
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend
     nb = nbformat.read(root / NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root / "examples")}}
+        nb, timeout=300 * int(os.environ.get("MOESIM_TEST_TIME_SCALE", "1")), kernel_name="python3", resources={"metadata": {"path": str(root / "examples")}}
     )
     t0 = time.perf_counter()
     client.execute()  # raises CellExecutionError on the first failing cell

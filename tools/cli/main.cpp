@@ -12,7 +12,10 @@
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
 
 #include <chrono>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <unistd.h>
 #include <fstream>
 #include <iostream>
@@ -24,6 +27,8 @@
 #include <fmt/format.h>
 
 #include "moesim/models/presets.hpp"
+#include "moesim/sim/cancel.hpp"
+#include "moesim/sim/output_file.hpp"
 #include "capacity_table.hpp"
 #include "html_report.hpp"
 #include "moesim/strategies/capacity.hpp"
@@ -31,11 +36,35 @@
 #include "moesim/strategies/rl.hpp"
 #include "moesim/strategies/simulate.hpp"
 #include "report.hpp"
+#include "terminal.hpp"
 #include "validate.hpp"
 
 namespace {
 
 using namespace moesim;
+
+// Ctrl-C: the first SIGINT raises this flag (the engine, the lowering and the search poll it and
+// stop within a fraction of a second; outputs not yet committed are discarded); a second one
+// ends the process at once. The one process-wide object of the CLI: a signal handler can reach
+// nothing else.
+CancelFlag g_interrupt;
+
+extern "C" void on_sigint(int) {
+  if (g_interrupt.requested()) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  g_interrupt.request();
+}
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR
+  sigaction(SIGINT, &sa, nullptr);
+}
 
 int print_config_error(const ConfigError& e) {
   std::cerr << "moesim: the input has " << e.diagnostics().size()
@@ -53,14 +82,13 @@ strategies::Scenario load(const std::string& path, const std::vector<std::string
 int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
                  const std::string& trace, const std::string& fidelity, bool no_wall_time) {
   const strategies::Scenario s = load(path, sets, fidelity);
-  const strategies::Simulation sim = strategies::simulate(s);
+  if (!trace.empty()) refuse_output_over_input("--trace", trace, s.input_files());
+  const strategies::Simulation sim = strategies::simulate(s, &g_interrupt);
   if (!trace.empty()) {
-    std::ofstream out(trace);
-    if (!out) {
-      std::cerr << "moesim: cannot write the trace to " << trace << "\n";
-      return 2;
-    }
-    strategies::write_chrome_trace(out, sim);
+    OutputFile out(trace);
+    strategies::write_chrome_trace(out.stream(), sim);
+    throw_if_cancelled(&g_interrupt);
+    out.commit();
   }
   if (format == "json") {
     std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
@@ -89,6 +117,7 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets, 
   tools::ValidateOptions opt;
   opt.overrides = sets;
   opt.progress = progress;
+  opt.cancel = &g_interrupt;
   if (!fidelity.empty()) opt.fidelity = *strategies::parse_fidelity(fidelity);
   for (std::size_t start = 0; start < only.size();) {
     const auto comma = only.find(',', start);
@@ -96,16 +125,13 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets, 
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  if (!out_md.empty()) refuse_output_over_input("--out", out_md, {path});
+  if (!out_json.empty()) refuse_output_over_input("--json", out_json, {path});
   const tools::ValidationReport rep = tools::validate(*cases, path, opt);
   const std::string md = tools::to_markdown(rep);
   const std::string js = tools::to_json(rep).dump(2);
-  auto write = [](const std::string& file, const std::string& text) {
-    std::ofstream f(file);
-    if (!f) throw ConfigError({Diagnostic{file, "", "", "cannot be written"}});
-    f << text << "\n";
-  };
-  if (!out_md.empty()) write(out_md, md);
-  if (!out_json.empty()) write(out_json, js);
+  if (!out_md.empty()) write_file_atomically(out_md, md + "\n");
+  if (!out_json.empty()) write_file_atomically(out_json, js + "\n");
   std::cout << (format == "json" ? js + "\n" : md);
   for (const auto& c : rep.cases)
     if (c.status == "error") std::cerr << "moesim validate: case " << c.id << ": " << c.reason << "\n";
@@ -124,6 +150,7 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   opt.threads = threads;
   opt.out_file = out;
   opt.resume = resume;
+  opt.cancel = &g_interrupt;
   if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown
   const bool tty = isatty(fileno(stderr)) != 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -194,6 +221,7 @@ bool parse_capacity_args(const char* cmd, const CapacityArgs& a, strategies::Cap
   opt.batch = a.batch == "proportional" ? strategies::BatchScaling::Proportional : strategies::BatchScaling::Fixed;
   opt.simulate_top = a.simulate_top;
   opt.threads = a.threads;
+  opt.cancel = &g_interrupt;
   if (isatty(fileno(stderr)) != 0) {
     opt.progress = [](std::size_t i, std::size_t n, int devices) {
       std::fprintf(stderr, "\rsearching size %zu of %zu: %d devices      ", i + 1, n, devices);
@@ -245,9 +273,10 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
   strategies::CapacityOptions opt;
   if (!parse_capacity_args("report", args, opt)) return 2;
   const strategies::Scenario s = load(path, sets, fidelity);
+  refuse_output_over_input("--out", out, s.input_files());
   const bool tty = isatty(fileno(stderr)) != 0;
   if (tty) std::fprintf(stderr, "simulating the scenario's plan...");
-  const strategies::Simulation sim = strategies::simulate(s);
+  const strategies::Simulation sim = strategies::simulate(s, &g_interrupt);
   std::optional<strategies::SearchReport> search;
   if (!no_search) {
     if (tty) std::fprintf(stderr, "\rsearching the plans of %d devices...   ", s.cluster.devices);
@@ -255,6 +284,7 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
     strategies::SearchOptions so;
     so.threads = args.threads;
     so.top_k = args.simulate_top > 0 ? args.simulate_top : std::max(space.top_k, top);
+    so.cancel = &g_interrupt;
     search = strategies::search(s, space, so);
     opt.simulate_top = so.top_k;
     opt.known_search = &*search;
@@ -271,11 +301,7 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (wall_time) in.wall_time_note = fmt::format("Generated in {:.1f} s.", elapsed);
   const std::string html = tools::render_html_report(in);
-  std::ofstream f(out, std::ios::binary);
-  if (!f || !(f << html) || !f.flush()) {
-    std::cerr << "moesim report: cannot write the report to " << out << "\n";
-    return 2;
-  }
+  write_file_atomically(out, html);
   std::cout << fmt::format("wrote {} ({:.0f} KB): {} on {} x {}", out, static_cast<double>(html.size()) / 1024, s.model_name,
                            s.cluster.devices, s.cluster.device.name);
   if (capacity && capacity->deadline_s > 0)
@@ -288,14 +314,13 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
 int cmd_rl(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
            const std::string& trace, bool no_wall_time) {
   const strategies::RlScenario s = strategies::load_rl_scenario_file(path, sets);
+  if (!trace.empty()) refuse_output_over_input("--trace", trace, s.training.input_files());
   const strategies::RlSimulation sim = strategies::simulate_rl(s);
   if (!trace.empty()) {
-    std::ofstream out(trace);
-    if (!out) {
-      std::cerr << "moesim rl: cannot write the trace to " << trace << "\n";
-      return 2;
-    }
-    strategies::write_rl_trace(out, sim);
+    OutputFile out(trace);
+    strategies::write_rl_trace(out.stream(), sim);
+    throw_if_cancelled(&g_interrupt);
+    out.commit();
   }
   if (format == "json") std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
   else std::cout << strategies::format_rl_table(sim.result, s, !no_wall_time);
@@ -422,24 +447,58 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  // Commands that poll the flag take Ctrl-C over (a clean stop); the others keep the default.
+  if (*sim || *srch || *val || *plan || *rpt) install_interrupt_handler();
+  // Names from the input reach the terminal through these filters (terminal.hpp).
+  tools::EscapingStreambuf out_filter(std::cout.rdbuf()), err_filter(std::cerr.rdbuf());
+  std::streambuf* const cout_buf = std::cout.rdbuf(&out_filter);
+  std::streambuf* const cerr_buf = std::cerr.rdbuf(&err_filter);
+  struct Restore {
+    std::streambuf *out, *err;
+    ~Restore() {
+      std::cout.flush();
+      std::cerr.flush();
+      std::cout.rdbuf(out);
+      std::cerr.rdbuf(err);
+    }
+  } restore{cout_buf, cerr_buf};
+  int rc = 0;
   try {
-    if (*sim) return cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time);
-    if (*check) return cmd_check(scenario, sets);
-    if (*srch) return cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
-    if (*val) return cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
-    if (*presets) return cmd_presets(which);
-    if (*plan) return cmd_plan(scenario, sets, cap, format);
-    if (*rlc) return cmd_rl(scenario, sets, format, trace, no_wall_time);
-    if (*rpt) {
+    if (*sim) rc = cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time);
+    else if (*check) rc = cmd_check(scenario, sets);
+    else if (*srch) rc = cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
+    else if (*val) rc = cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
+    else if (*presets) rc = cmd_presets(which);
+    else if (*plan) rc = cmd_plan(scenario, sets, cap, format);
+    else if (*rlc) rc = cmd_rl(scenario, sets, format, trace, no_wall_time);
+    else if (*rpt) {
       if (cap.tokens.empty()) cap.tokens = "10T";
-      return cmd_report(scenario, sets, fidelity, report_out, cap, rpt->get_option("--top")->count() > 0 ? top : 5, no_search,
-                        no_scaling, wall_time);
+      rc = cmd_report(scenario, sets, fidelity, report_out, cap, rpt->get_option("--top")->count() > 0 ? top : 5, no_search,
+                      no_scaling, wall_time);
     }
   } catch (const ConfigError& e) {
     return print_config_error(e);
+  } catch (const Cancelled&) {
+    std::fflush(stdout);
+    std::cerr << "\nmoesim: interrupted";
+    if (*srch && !out_lines.empty()) std::cerr << "; the results so far are in " << out_lines << ".partial (--resume continues)";
+    else std::cerr << "; no output was written";
+    std::cerr << "\n";
+    return 130;
+  } catch (const InternalError& e) {
+    std::cerr << "moesim: internal error (this is a bug in moesim; please report it with the scenario): " << e.what()
+              << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "moesim: internal error: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+  // Standard output is an output like any other: a full disk or a closed pipe is not success.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    std::cerr << "moesim: cannot write the standard output" << (errno != 0 ? std::string(": ") + std::strerror(errno) : "")
+              << "\n";
+    return 2;
+  }
+  return rc;
 }

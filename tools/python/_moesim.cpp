@@ -15,10 +15,14 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
-#include <fstream>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,7 +31,9 @@
 #include <nlohmann/json.hpp>
 
 #include "moesim/models/presets.hpp"
+#include "moesim/sim/cancel.hpp"
 #include "moesim/sim/config.hpp"
+#include "moesim/sim/output_file.hpp"
 #include "moesim/strategies/plan.hpp"
 #include "moesim/strategies/search.hpp"
 #include "moesim/strategies/simulate.hpp"
@@ -325,6 +331,78 @@ py::dict trace_to_python(const TraceColumns& t) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Long calls run on a worker thread while the calling (Python) thread waits without the GIL and,
+// every 50 ms, takes it to check for signals (Ctrl-C: KeyboardInterrupt) and to report progress.
+// A raised exception — KeyboardInterrupt, or one from the progress callback — raises the
+// CancelFlag, the worker stops (the engine, the lowering and the search poll it) and the
+// exception propagates once the worker has ended: within a fraction of a second, and no Python
+// object is ever touched off the calling thread.
+
+/// Progress of a search, written by the worker and read by the calling thread: events of one
+/// phase are coalesced into the latest, so a phase's last event (done == total) always arrives.
+struct ProgressSlot {
+  struct Event {
+    std::string phase;
+    std::size_t done = 0, total = 0;
+  };
+  std::mutex mu;
+  std::vector<Event> pending;
+  void set(const char* p, std::size_t d, std::size_t t) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!pending.empty() && pending.back().phase == p) pending.back() = Event{p, d, t};
+    else pending.push_back(Event{p, d, t});
+  }
+  std::vector<Event> take() {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::exchange(pending, {});
+  }
+};
+
+template <class Work>
+auto run_interruptible(Work&& work, ProgressSlot* progress = nullptr, py::handle callback = py::none())
+    -> decltype(work(static_cast<const moesim::CancelFlag*>(nullptr))) {
+  using Result = decltype(work(static_cast<const moesim::CancelFlag*>(nullptr)));
+  moesim::CancelFlag cancel;
+  std::optional<Result> result;
+  std::exception_ptr error;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::optional<py::error_already_set> py_error;
+  std::thread worker([&] {
+    try {
+      result.emplace(work(&cancel));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+    cv.notify_all();
+  });
+  for (bool done = false; !done;) {
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return finished; });
+      done = finished;
+    }
+    if (py_error) continue;  // cancelled: wait for the worker to stop
+    try {
+      if (progress != nullptr && !callback.is_none())
+        for (const auto& e : progress->take()) callback(e.phase, e.done, e.total);
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    } catch (py::error_already_set& e) {
+      py_error.emplace(std::move(e));
+      cancel.request();
+    }
+  }
+  worker.join();
+  if (py_error) throw std::move(*py_error);
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The functions.
 
 py::object py_load_scenario(const std::string& path) {
@@ -343,10 +421,7 @@ void py_save_scenario(py::handle scenario, const std::string& path) {
     throw_argument_error("/scenario", brief_repr(scenario), "must be a dict (the scenario)");
   const json doc = ToJson(kDictFile).convert(scenario, "");
   py::gil_scoped_release nogil;
-  std::ofstream f(path);
-  if (!f) throw moesim::ConfigError({moesim::Diagnostic{path, "", "", "cannot be written"}});
-  f << doc.dump(2) << "\n";
-  if (!f) throw moesim::ConfigError({moesim::Diagnostic{path, "", "", "cannot be written"}});
+  moesim::write_file_atomically(path, doc.dump(2) + "\n");
 }
 
 py::object py_check(py::handle scenario, py::handle overrides) {
@@ -372,19 +447,26 @@ py::object py_check(py::handle scenario, py::handle overrides) {
 py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fidelity, bool trace, bool raise_infeasible,
                        bool wall_time) {
   const ScenarioInput in = scenario_input(scenario, overrides, fidelity);
-  json result;
-  std::optional<TraceColumns> columns;
-  bool feasible = true;
-  std::string reason;
-  {
-    py::gil_scoped_release nogil;
+  struct Out {
+    json result;
+    std::optional<TraceColumns> columns;
+    bool feasible = true;
+    std::string reason;
+  };
+  Out o = run_interruptible([&](const moesim::CancelFlag* cancel) {
+    Out r;
     const st::Scenario s = load(in);
-    const st::Simulation sim = st::simulate(s);
-    result = st::to_json(sim.result, s, wall_time);
-    feasible = sim.result.feasible;
-    reason = sim.result.infeasible_reason;
-    if (trace) columns = trace_columns(sim);
-  }
+    const st::Simulation sim = st::simulate(s, cancel);
+    r.result = st::to_json(sim.result, s, wall_time);
+    r.feasible = sim.result.feasible;
+    r.reason = sim.result.infeasible_reason;
+    if (trace) r.columns = trace_columns(sim);
+    return r;
+  });
+  json& result = o.result;
+  std::optional<TraceColumns>& columns = o.columns;
+  const bool feasible = o.feasible;
+  const std::string& reason = o.reason;
   py::object out = to_python(result);
   if (columns) out["trace"] = trace_to_python(*columns);
   if (!feasible && raise_infeasible) {
@@ -401,32 +483,19 @@ py::object py_search(py::handle scenario, py::handle overrides, int top, int thr
   const ScenarioInput in = scenario_input(scenario, overrides, py::none());
   st::SearchOptions opt;
   opt.threads = threads;
-  // The C++ search calls progress from this (the calling) thread; take the GIL for the call.
-  // A Python exception inside the callback cannot unwind through the search's worker threads:
-  // it is kept, the callback is not called again, and it is raised when the search returns.
-  std::optional<py::error_already_set> callback_error;
-  py::object callback = py::reinterpret_borrow<py::object>(progress);
-  if (!progress.is_none()) {
-    opt.progress = [&callback, &callback_error](const char* phase, std::size_t done, std::size_t total) {
-      py::gil_scoped_acquire gil;
-      if (callback_error) return;
-      try {
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C in a notebook
-        callback(phase, done, total);
-      } catch (py::error_already_set& e) {
-        callback_error.emplace(std::move(e));
-      }
-    };
-  }
-  json report;
-  {
-    py::gil_scoped_release nogil;
-    const st::Scenario s = load(in);
-    const st::SearchSpace space = st::parse_search_space(s);
-    if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown (as the CLI)
-    report = st::to_json(st::search(s, space, opt), top);
-  }
-  if (callback_error) throw std::move(*callback_error);
+  // The search reports progress from its own thread into a slot; the calling thread hands it
+  // to the Python callback (run_interruptible). An exception in the callback cancels the search.
+  ProgressSlot slot;
+  if (!progress.is_none()) opt.progress = [&slot](const char* phase, std::size_t done, std::size_t total) { slot.set(phase, done, total); };
+  const json report = run_interruptible(
+      [&](const moesim::CancelFlag* cancel) {
+        opt.cancel = cancel;
+        const st::Scenario s = load(in);
+        const st::SearchSpace space = st::parse_search_space(s);
+        if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown (as the CLI)
+        return st::to_json(st::search(s, space, opt), top);
+      },
+      &slot, progress);
   return to_python(report);
 }
 
@@ -484,6 +553,11 @@ PYBIND11_MODULE(_moesim, m) {
       if (p) std::rethrow_exception(p);
     } catch (const moesim::ConfigError& e) {
       raise_config_error(e);
+    } catch (const moesim::InternalError& e) {
+      PyErr_SetString(g_error, (std::string("internal error (this is a bug in moesim; please report it with the scenario): ") +
+                                e.what()).c_str());
+    } catch (const moesim::Cancelled&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
     }
   });
 

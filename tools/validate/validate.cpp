@@ -574,7 +574,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       set_diag.throw_if_any();
       strategies::Scenario sc = strategies::load_scenario(doc, file + " case " + o.id, "");
       sc.simulation.fidelity = opt.fidelity;
-      const strategies::Simulation sim = strategies::simulate(sc);
+      const strategies::Simulation sim = strategies::simulate(sc, opt.cancel);
       o.predicted_s = sim.result.step_time_s;
       o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;
       o.feasible = sim.result.feasible;
@@ -585,6 +585,8 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
     } catch (const ConfigError& e) {
       o.status = "error";
       o.reason = e.what();
+    } catch (const Cancelled&) {
+      throw;
     } catch (const std::exception& e) {
       o.status = "error";
       o.reason = std::string("internal error: ") + e.what();

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moesim/sim/cancel.hpp"
 #include "moesim/strategies/plan.hpp"
 
 namespace moesim::tools {
@@ -69,6 +70,7 @@ struct ValidateOptions {
   std::vector<std::string> overrides;  ///< --set applied to every scenario
   strategies::Fidelity fidelity = strategies::Fidelity::Balanced;
   bool progress = false;               ///< one line per case on stderr
+  const CancelFlag* cancel = nullptr;  ///< polled by every case's simulation (Cancelled ends the run)
 };
 
 /// A case converted to a scenario, or the reason it cannot be.

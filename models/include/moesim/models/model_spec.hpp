@@ -30,6 +30,7 @@ enum class NormKind : std::uint8_t { RMSNorm, LayerNorm };
 struct ModelSpec {
   std::string name;
   std::string architecture;
+  std::string source_file;  ///< the config.json it was read from (empty: preset or inline)
   int num_layers = 0;
   std::int64_t hidden = 0;
   std::int64_t vocab = 0;

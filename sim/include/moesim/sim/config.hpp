@@ -41,6 +41,14 @@ class ConfigError : public std::runtime_error {
   std::vector<Diagnostic> diagnostics_;
 };
 
+/// A bug in moesim, caught before it could print a wrong answer: a run that deadlocked, a
+/// result that breaks an invariant (negative or non-finite times, parts that do not add up to
+/// the step). The CLI reports it as "this is a bug" with exit status 1; it is never a result.
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& what) : std::logic_error(what) {}
+};
+
 /// Collects problems; several readers (scenario, model file, presets) can share one.
 class Diagnostics {
  public:

@@ -11,11 +11,16 @@
 //
 // A graph whose stream orders and dependencies contradict each other cannot finish; the run
 // then reports `completed == false` with a description of the stuck tasks (a lowering bug).
+// A task whose end would pass the horizon `kMaxTick` stops the run with `out_of_range` set and
+// `failed_task` naming it (the inputs made a step longer than ~26.7 days: an input error, not a
+// wrapped time). A run given a CancelFlag polls it every few thousand events and stops with
+// `cancelled` set when it is raised.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "moesim/sim/cancel.hpp"
 #include "moesim/sim/task_graph.hpp"
 
 namespace moesim::sim {
@@ -26,16 +31,20 @@ struct RunResult {
   Tick makespan = 0;
   std::uint64_t events = 0;  ///< completion events processed
   bool completed = true;
-  std::string error;  ///< set when !completed
+  bool out_of_range = false;     ///< a task would have ended past kMaxTick
+  bool cancelled = false;        ///< the CancelFlag was raised
+  TaskId failed_task = kNoTask;  ///< the task that would have ended out of range
+  std::string error;             ///< set when !completed
 };
 
 class Engine {
  public:
-  explicit Engine(const TaskGraph& graph) : g_(graph) {}
+  explicit Engine(const TaskGraph& graph, const CancelFlag* cancel = nullptr) : g_(graph), cancel_(cancel) {}
   RunResult run();
 
  private:
   const TaskGraph& g_;
+  const CancelFlag* cancel_;
 };
 
 /// The chain of tasks that determined the makespan, from the first to the last: for each task,

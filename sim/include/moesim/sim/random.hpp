@@ -15,6 +15,15 @@
 
 namespace moesim {
 
+/// 64-bit FNV-1a of a byte string: stream names, fingerprints and checksums (not cryptographic).
+constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
 class Rng {
  public:
   explicit Rng(std::uint64_t seed);

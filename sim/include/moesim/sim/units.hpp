@@ -64,18 +64,38 @@ constexpr Seconds microseconds(double us) { return Seconds{us * 1e-6}; }
 
 // ---- Engine time -------------------------------------------------------------------------
 
-/// Engine time: integer picoseconds. int64 spans ~106 days, far beyond one training step.
+/// Engine time: integer picoseconds. int64 spans ~106 days; the simulator's horizon is a quarter
+/// of that, `kMaxTick` (~26.7 days), so that a few horizon-bounded quantities can be added
+/// without wrapping. Nothing the engine reports lies beyond it: a duration or a time that would
+/// is saturated at `kMaxTick` and the run is reported out of range (never a wrapped, negative
+/// time).
 using Tick = std::int64_t;
 inline constexpr Tick kTicksPerSecond = 1'000'000'000'000;
 inline constexpr Tick kMaxTick = std::numeric_limits<Tick>::max() / 4;
 
-/// Rounds to the nearest tick; negative or NaN durations are a bug in the caller.
+/// Rounds to the nearest tick, saturating at kMaxTick (which the engine reports as out of range).
+/// Negative or NaN durations are a bug in the caller and become 0 (see `ticks_out_of_range`).
 inline Tick to_ticks(Seconds s) {
   const double t = s.value() * static_cast<double>(kTicksPerSecond);
   if (!(t >= 0.0)) return 0;
   if (t >= static_cast<double>(kMaxTick)) return kMaxTick;
   return static_cast<Tick>(std::llround(t));
 }
+/// Sum of two times in [0, kMaxTick], saturating at kMaxTick instead of wrapping.
+inline constexpr Tick add_ticks(Tick a, Tick b) {
+  if (a < 0) a = 0;
+  if (b < 0) b = 0;
+  return a >= kMaxTick || b >= kMaxTick - a ? kMaxTick : a + b;
+}
+/// A time in [0, kMaxTick] scaled by k >= 0, rounded, saturating at kMaxTick.
+inline Tick scale_ticks(Tick t, double k) {
+  const double v = static_cast<double>(t) * k;
+  if (!(v >= 0.0)) return 0;
+  if (v >= static_cast<double>(kMaxTick)) return kMaxTick;
+  return static_cast<Tick>(std::llround(v));
+}
+/// True when a duration or time has reached the horizon (it was saturated).
+inline constexpr bool ticks_out_of_range(Tick t) { return t >= kMaxTick || t < 0; }
 inline constexpr Seconds to_seconds(Tick t) {
   return Seconds{static_cast<double>(t) / static_cast<double>(kTicksPerSecond)};
 }

@@ -55,6 +55,8 @@ struct CapacityOptions {
   int simulate_top = 0;       ///< plans event-simulated per size (0: the scenario's search top_k)
   /// A search already run on the scenario as given (same top_k): reused for that size.
   const SearchReport* known_search = nullptr;
+  /// Polled by every size's search; raised, planning stops with Cancelled.
+  const CancelFlag* cancel = nullptr;
   /// Progress: (size index, number of sizes, devices) before each size's search.
   std::function<void(std::size_t, std::size_t, int)> progress;
 };

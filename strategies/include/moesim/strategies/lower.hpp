@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "moesim/models/workload.hpp"
+#include "moesim/sim/cancel.hpp"
 #include "moesim/sim/task_graph.hpp"
 #include "moesim/strategies/collectives.hpp"
 #include "moesim/strategies/plan.hpp"
@@ -121,7 +122,9 @@ struct Lowered {
   double attention_work_mean = 1;
 };
 
-Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w);
+/// `cancel` (may be null) is polled between pipeline operations; raised, lowering throws Cancelled.
+Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
+              const CancelFlag* cancel = nullptr);
 
 /// A fast estimate of one plan from the same operator, collective and memory models, without
 /// the event engine: each layer's forward and backward programs are timed alone (streams in

@@ -172,6 +172,14 @@ struct Scenario {
   PlacementSpec placement;
   SimulationOptions simulation;
   std::uint64_t seed = 1;
+  /// Every file the scenario was read from (itself, a model config.json, a routing histogram):
+  /// an output path may not be one of them.
+  [[nodiscard]] std::vector<std::string> input_files() const {
+    std::vector<std::string> v;
+    for (const std::string* f : {&file, &model.source_file, &routing.histogram_file})
+      if (!f->empty() && *f != "<stdin>" && *f != "<inline>") v.push_back(*f);
+    return v;
+  }
 };
 
 /// Loads and validates a scenario document. Throws ConfigError listing every problem.

@@ -61,8 +61,11 @@ SearchSpace parse_search_space(const Scenario& s);
 struct SearchOptions {
   int threads = 0;          ///< 0: all cores
   int top_k = 0;            ///< 0: the space's top_k
-  std::string out_file;     ///< one JSON line per simulated plan
+  std::string out_file;     ///< one JSON line per simulated plan (search_journal.hpp)
   bool resume = false;      ///< reuse the results already in out_file
+  /// Polled while screening and simulating; raised, the search stops its workers and throws
+  /// Cancelled (the results file keeps what was simulated, for --resume).
+  const CancelFlag* cancel = nullptr;
   /// Progress: (phase, done, total). Called from the calling thread.
   std::function<void(const char*, std::size_t, std::size_t)> progress;
 };

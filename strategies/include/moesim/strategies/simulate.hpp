@@ -100,7 +100,14 @@ struct Simulation {
   sim::RunResult run;
 };
 
-Simulation simulate(const Scenario& s);
+/// Throws InternalError when a result is unsound: a time or part negative or not finite, parts
+/// that do not add up to the step (overall and per stage), memory negative or not finite.
+void check_result_invariants(const Result& r);
+
+/// Simulates one step. Throws ConfigError when the inputs make the step leave the engine's time
+/// range (naming them), Cancelled when `cancel` is raised, InternalError when the result would
+/// break an invariant (a bug: never returned as a result).
+Simulation simulate(const Scenario& s, const CancelFlag* cancel = nullptr);
 
 /// The breakdown as {"compute": s, "tp_comm": s, ...} and back.
 nlohmann::json to_json(const Breakdown& b);
