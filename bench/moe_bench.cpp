@@ -11,13 +11,19 @@
 #include <string>
 #include <vector>
 
-#include "moesim/strategies/collectives.hpp"
-#include "moesim/strategies/netflow.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/topologies/collectives.hpp"
+#include "moesim/topologies/netflow.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 #include "moesim/topologies/topology.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
+using topologies::Collective;
+using topologies::Algorithm;
+using topologies::GroupShape;
+using topologies::analyze_group;
+using topologies::collective_cost;
+using topologies::FlowCollectives;
 using Clock = std::chrono::steady_clock;
 
 namespace {

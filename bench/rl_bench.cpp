@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "moesim/strategies/rl.hpp"
+#include "moesim/strategies/rl/rl.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

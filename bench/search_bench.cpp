@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "moesim/strategies/search.hpp"
+#include "moesim/strategies/search/search.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

@@ -16,8 +16,8 @@
 
 #include "moesim/models/workload.hpp"
 #include "moesim/sim/engine.hpp"
-#include "moesim/strategies/lower.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/lower/lower.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 #include "moesim/topologies/topology.hpp"
 
 using namespace moesim;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

@@ -8,13 +8,20 @@
 
 #include "moesim/models/routing.hpp"
 #include "moesim/sim/random.hpp"
-#include "moesim/strategies/collectives.hpp"
-#include "moesim/strategies/netflow.hpp"
+#include "moesim/topologies/collectives.hpp"
+#include "moesim/topologies/netflow.hpp"
 #include "moesim/topologies/topology.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
+using topologies::Collective;
+using topologies::Algorithm;
+using topologies::GroupShape;
+using topologies::analyze_group;
+using topologies::collective_cost;
+using topologies::alltoallv_cost;
+using topologies::FlowCollectives;
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "html_report.hpp"
-#include "moesim/strategies/capacity.hpp"
+#include "moesim/strategies/search/capacity.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "moesim/models/presets.hpp"
-#include "moesim/strategies/inference.hpp"
-#include "moesim/strategies/rl.hpp"
+#include "moesim/strategies/rl/inference.hpp"
+#include "moesim/strategies/rl/rl.hpp"
 #include "moesim/topologies/topology.hpp"
 
 using namespace moesim;

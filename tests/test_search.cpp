@@ -7,8 +7,8 @@
 #include <iterator>
 #include <set>
 
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/search_journal.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/search/journal.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;

@@ -5,14 +5,19 @@
 #include <tuple>
 
 #include "moesim/sim/engine.hpp"
-#include "moesim/strategies/collectives.hpp"
-#include "moesim/strategies/lower.hpp"
-#include "moesim/strategies/schedule.hpp"
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/topologies/collectives.hpp"
+#include "moesim/strategies/lower/lower.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
+using topologies::Collective;
+using topologies::Algorithm;
+using topologies::CollectiveCost;
+using topologies::GroupShape;
+using topologies::collective_cost;
 
 TEST_CASE("collectives: ring all-reduce is 2(p-1)/p n/B + 2(p-1) alpha", "[strategies][collectives]") {
   GroupShape g;

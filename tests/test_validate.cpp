@@ -1,7 +1,7 @@
 // tools/validate: published step times by each source's own definition, case conversion.
 #include <catch2/catch.hpp>
 
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 #include "validate.hpp"
 
 using namespace moesim;

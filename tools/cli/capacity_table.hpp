@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "moesim/strategies/capacity.hpp"
+#include "moesim/strategies/search/capacity.hpp"
 
 namespace moesim::tools {
 

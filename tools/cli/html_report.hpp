@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "moesim/strategies/capacity.hpp"
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/search/capacity.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim::tools {
 

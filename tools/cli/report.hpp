@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim::tools {
 

@@ -34,9 +34,9 @@
 #include "moesim/sim/cancel.hpp"
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/output_file.hpp"
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace py = pybind11;

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim::tools {
 namespace {

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moesim/sim/cancel.hpp"
-#include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/plan/plan.hpp"
 
 namespace moesim::tools {
 

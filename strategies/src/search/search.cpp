@@ -1,5 +1,5 @@
-#include "moesim/strategies/search.hpp"
-#include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/search/search.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "moesim/sim/parallel.hpp"
-#include "moesim/strategies/search_journal.hpp"
+#include "moesim/strategies/search/journal.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::strategies {

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/plan/plan.hpp"
 
 namespace moesim::strategies {
 

@@ -1,4 +1,4 @@
-#include "moesim/strategies/lower.hpp"
+#include "moesim/strategies/lower/lower.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -11,9 +11,21 @@
 #include "moesim/models/device.hpp"
 #include "moesim/models/routing.hpp"
 #include "moesim/sim/random.hpp"
-#include "moesim/strategies/netflow.hpp"
+#include "moesim/topologies/netflow.hpp"
 
 namespace moesim::strategies {
+
+using topologies::Collective;
+using topologies::Algorithm;
+using topologies::CollectiveCost;
+using topologies::GroupShape;
+using topologies::collective_name;
+using topologies::algorithm_name;
+using topologies::analyze_group;
+using topologies::collective_cost;
+using topologies::alltoallv_cost;
+using topologies::p2p_time;
+using topologies::FlowCollectives;
 
 const std::vector<std::string>& category_names() {
   static const std::vector<std::string> names{"compute", "recompute", "tp_comm", "cp_comm",

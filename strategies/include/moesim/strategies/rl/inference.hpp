@@ -23,7 +23,7 @@
 #include "moesim/models/device.hpp"
 #include "moesim/models/model_spec.hpp"
 #include "moesim/models/workload.hpp"
-#include "moesim/strategies/collectives.hpp"
+#include "moesim/topologies/collectives.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::strategies {
@@ -111,7 +111,7 @@ class InferenceModel {
   models::Precision precision_;
   models::Workload w_;
   std::vector<StageOps> stages_;
-  GroupShape tp_shape_, ep_shape_;
+  topologies::GroupShape tp_shape_, ep_shape_;
   double ll_base_ = 0, ll_per_peer_ = 0, ll_bandwidth_ = 0;  ///< low-latency all-to-all (decode)
   double pp_hop_bandwidth_ = 0, pp_hop_latency_ = 0;
   double weight_bytes_ = 0;

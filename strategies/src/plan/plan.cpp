@@ -1,5 +1,5 @@
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 
 #include <algorithm>
 #include <filesystem>

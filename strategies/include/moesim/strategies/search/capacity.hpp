@@ -25,8 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/search.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/search/search.hpp"
 
 namespace moesim::strategies {
 

@@ -1,4 +1,4 @@
-#include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 
 #include <algorithm>
 #include <array>

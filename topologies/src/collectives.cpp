@@ -1,11 +1,11 @@
-#include "moesim/strategies/collectives.hpp"
+#include "moesim/topologies/collectives.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 
-namespace moesim::strategies {
+namespace moesim::topologies {
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -32,7 +32,7 @@ const char* algorithm_name(Algorithm a) {
   return "?";
 }
 
-GroupShape analyze_group(const topologies::Topology& topo, std::span<const int> devices) {
+GroupShape analyze_group(const Topology& topo, std::span<const int> devices) {
   GroupShape g;
   g.size = static_cast<int>(devices.size());
   if (devices.size() <= 1) return g;
@@ -42,7 +42,7 @@ GroupShape analyze_group(const topologies::Topology& topo, std::span<const int> 
   g.nodes = static_cast<int>(per_node.size());
   g.per_node = 0;
   for (auto& [n, k] : per_node) g.per_node = std::max(g.per_node, k);
-  g.mesh = spec.scale_up == topologies::ScaleUpKind::FullMesh;
+  g.mesh = spec.scale_up == ScaleUpKind::FullMesh;
   const int first = devices[0];
   // A member in the same server and one in another server, routed through the graph.
   for (int d : devices) {
@@ -275,9 +275,9 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
   return c;
 }
 
-Seconds p2p_time(double bytes, const topologies::Route& r) {
+Seconds p2p_time(double bytes, const Route& r) {
   if (bytes <= 0 || r.hops.empty()) return Seconds{0};
   return Seconds{r.latency + bytes / r.bottleneck_bandwidth};
 }
 
-}  // namespace moesim::strategies
+}  // namespace moesim::topologies

@@ -20,8 +20,8 @@
 
 #include "moesim/models/workload.hpp"
 #include "moesim/sim/engine.hpp"
-#include "moesim/strategies/lower.hpp"
-#include "moesim/strategies/plan.hpp"
+#include "moesim/strategies/lower/lower.hpp"
+#include "moesim/strategies/plan/plan.hpp"
 
 namespace moesim::strategies {
 

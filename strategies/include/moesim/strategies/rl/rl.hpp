@@ -26,9 +26,9 @@
 
 #include "moesim/sim/engine.hpp"
 #include "moesim/sim/task_graph.hpp"
-#include "moesim/strategies/inference.hpp"
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/rl/inference.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim {
 class Rng;

@@ -1,11 +1,11 @@
-#include "moesim/strategies/netflow.hpp"
+#include "moesim/topologies/netflow.hpp"
 
 #include <algorithm>
 #include <map>
 
 #include "moesim/sim/flow.hpp"
 
-namespace moesim::strategies {
+namespace moesim::topologies {
 
 const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int dst) {
   const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
@@ -13,13 +13,13 @@ const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int ds
   if (it != paths_.end()) return it->second;
   std::vector<Path> out;
   for (int k = 0; k < topo_.num_paths(); ++k) {
-    const topologies::Route r = topo_.route(src, dst, k);
+    const Route r = topo_.route(src, dst, k);
     Path p;
     p.latency = r.latency;
     for (const auto& h : r.hops) {
       p.links.push_back((static_cast<std::uint64_t>(h.from) << 32) | static_cast<std::uint64_t>(h.to));
       p.bandwidth.push_back(h.link.bandwidth);
-      p.fabric.push_back(h.link.kind == topologies::LinkKind::Fabric ? 1 : 0);
+      p.fabric.push_back(h.link.kind == LinkKind::Fabric ? 1 : 0);
     }
     out.push_back(std::move(p));
   }
@@ -162,4 +162,4 @@ CollectiveCost FlowCollectives::alltoall(double bytes, std::span<const int> devi
   return alltoallv(m, devices, g, algo, dedup, concurrent);
 }
 
-}  // namespace moesim::strategies
+}  // namespace moesim::topologies

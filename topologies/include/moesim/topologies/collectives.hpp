@@ -19,7 +19,7 @@
 
 #include "moesim/topologies/topology.hpp"
 
-namespace moesim::strategies {
+namespace moesim::topologies {
 
 enum class Collective : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll, SendRecv };
 /// HierarchicalAllToAll: aggregate each server's copies across servers (deduplicated), then
@@ -57,7 +57,7 @@ struct GroupShape {
 };
 
 /// Derives the shape from the devices of one group (routes between members of the topology).
-GroupShape analyze_group(const topologies::Topology& topo, std::span<const int> devices);
+GroupShape analyze_group(const Topology& topo, std::span<const int> devices);
 
 struct CollectiveCost {
   Seconds time{0};
@@ -83,6 +83,6 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
                               const GroupShape& g, Algorithm algo, double dedup = 1.0);
 
 /// Point-to-point transfer of `bytes` along a route.
-Seconds p2p_time(double bytes, const topologies::Route& r);
+Seconds p2p_time(double bytes, const Route& r);
 
-}  // namespace moesim::strategies
+}  // namespace moesim::topologies

@@ -20,9 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moesim/strategies/lower.hpp"
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/lower/lower.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim::strategies {
 

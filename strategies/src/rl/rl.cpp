@@ -1,4 +1,4 @@
-#include "moesim/strategies/rl.hpp"
+#include "moesim/strategies/rl/rl.hpp"
 
 #include <algorithm>
 #include <chrono>

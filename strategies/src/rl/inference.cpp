@@ -1,10 +1,14 @@
-#include "moesim/strategies/inference.hpp"
+#include "moesim/strategies/rl/inference.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 namespace moesim::strategies {
+
+using topologies::Collective;
+using topologies::analyze_group;
+using topologies::collective_cost;
 
 namespace {
 double weight_elem_bytes(models::Precision p) { return p == models::Precision::FP8 ? 1.0 : 2.0; }

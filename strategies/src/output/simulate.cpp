@@ -1,5 +1,5 @@
-#include "moesim/strategies/simulate.hpp"
-#include "moesim/strategies/schedule.hpp"
+#include "moesim/strategies/output/simulate.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "moesim/strategies/search_journal.hpp"
+#include "moesim/strategies/search/journal.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moesim/strategies/simulate.hpp"
+#include "moesim/strategies/output/simulate.hpp"
 
 namespace moesim::strategies {
 

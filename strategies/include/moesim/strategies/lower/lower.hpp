@@ -22,9 +22,9 @@
 #include "moesim/models/workload.hpp"
 #include "moesim/sim/cancel.hpp"
 #include "moesim/sim/task_graph.hpp"
-#include "moesim/strategies/collectives.hpp"
-#include "moesim/strategies/plan.hpp"
-#include "moesim/strategies/schedule.hpp"
+#include "moesim/topologies/collectives.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 
 namespace moesim::strategies {
 

@@ -1,4 +1,4 @@
-#include "moesim/strategies/capacity.hpp"
+#include "moesim/strategies/search/capacity.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -24,14 +24,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "moesim/strategies/collectives.hpp"
+#include "moesim/topologies/collectives.hpp"
 #include "moesim/topologies/topology.hpp"
 
-namespace moesim::strategies {
+namespace moesim::topologies {
 
 class FlowCollectives {
  public:
-  explicit FlowCollectives(const topologies::Topology& topo) : topo_(topo) {}
+  explicit FlowCollectives(const Topology& topo) : topo_(topo) {}
 
   /// bytes[i][j]: from devices[i] to devices[j].
   CollectiveCost alltoallv(const std::vector<std::vector<double>>& bytes, std::span<const int> devices,
@@ -54,10 +54,10 @@ class FlowCollectives {
     double latency = 0;
   };
   const std::vector<Path>& paths(int src, int dst);
-  const topologies::Topology& topo_;
+  const Topology& topo_;
   std::unordered_map<std::uint64_t, std::vector<Path>> paths_;
   std::uint64_t flows_ = 0, recomputations_ = 0;
   double bytes_ = 0;
 };
 
-}  // namespace moesim::strategies
+}  // namespace moesim::topologies
