@@ -8,6 +8,7 @@
 #include "moesim/topologies/collectives.hpp"
 #include "moesim/strategies/lower/lower.hpp"
 #include "moesim/strategies/plan/schedule.hpp"
+#include "moesim/strategies/search/screen.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 

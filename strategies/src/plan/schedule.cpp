@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <stdexcept>
+#include <string>
+
+#include "moesim/sim/units.hpp"
 
 namespace moesim::strategies {
 namespace {
@@ -309,17 +312,116 @@ std::vector<StageOrder> dualpipe(int p, int m) {
   return out;
 }
 
+// ---- closed forms for the search screen ----------------------------------------------------
+
+/// 1F1B keeps p - s micro-batches in flight; interleaved 1F1B its warm-up plus one.
+int inflight_interleaved_or_1f1b(int pp, int vpp, int m, int stage) {
+  if (vpp > 1) {
+    const int total = m * vpp;
+    const int warm = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
+    return std::min(total, warm + 1);
+  }
+  return std::min(pp - stage, m);
+}
+/// ZB-H1's deferred Ws keep a few more micro-batches (the lowering's list schedule: +3 on the
+/// 718B's peak stage, +1..2 on a 4-stage Llama): two.
+int inflight_zb_h1(int pp, int vpp, int m, int stage) {
+  if (vpp > 1) return inflight_interleaved_or_1f1b(pp, vpp, m, stage);
+  return std::min(m, std::min(pp - stage, m) + 2);
+}
+/// The V schedules hold a chunk's activations until its W: 2p + 1 chunks at the peak.
+int inflight_v(int pp, int, int m, int) { return std::min(2 * m, 2 * pp + 1); }
+/// DeepSeek's table: PP + 1 micro-batches.
+int inflight_dualpipe(int pp, int, int m, int) { return std::min(m, pp + 1); }
+
+/// 1F1B's (p - 1) passes of the other stages, divided by the virtual stages.
+double fill_1f1b(const PipelineCosts& c) { return (c.t_sum - c.t_max) / c.vpp; }
+/// Zero-bubble: W fills them ((p - 1)(F + B - W), Qi et al.; ZB-V in half-size chunks).
+double fill_zb_h1(const PipelineCosts& c) { return (c.t_sum - c.t_max) * (1.0 - c.w_share); }
+double fill_zb_v(const PipelineCosts& c) { return 0.5 * (c.t_sum - c.t_max) * std::max(0.0, 1.0 - 2.0 * c.w_share); }
+/// DualPipe(V): (PP/2 - 1)(F&B + B - 3W) in DeepSeek's table, whose PP counts stages:
+/// DualPipe's p, each half of a device's two; DualPipeV's 2p chunks, each half of a device's pair.
+double fill_dualpipe_v(const PipelineCosts& c) {
+  const double n = c.pp - 1.0;
+  return std::max(0.0, n * 0.5 * (c.pair + c.b_slow - 3.0 * c.w_slow));
+}
+double fill_dualpipe(const PipelineCosts& c) {
+  const double n = c.pp / 2.0 - 1.0;
+  return std::max(0.0, n * 0.5 * (c.pair + c.b_slow - 3.0 * c.w_slow));
+}
+
+// ---- generators and constraints ---------------------------------------------------------------
+
+std::vector<StageOrder> generate_1f1b(int pp, int vpp, int m, const StageCosts&) {
+  std::vector<StageOrder> out(static_cast<std::size_t>(pp));
+  for (int s = 0; s < pp; ++s) out[s] = one_f_one_b(pp, s, m);
+  (void)vpp;
+  return out;
+}
+std::vector<StageOrder> generate_interleaved(int pp, int vpp, int m, const StageCosts&) {
+  std::vector<StageOrder> out(static_cast<std::size_t>(pp));
+  for (int s = 0; s < pp; ++s) out[s] = vpp > 1 ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
+  return out;
+}
+std::vector<StageOrder> generate_zb_h1(int pp, int, int m, const StageCosts& costs) { return zero_bubble_h1(pp, m, costs); }
+std::vector<StageOrder> generate_zb_v(int pp, int, int m, const StageCosts& costs) {
+  return zero_bubble_v(pp, m, costs, 2 * pp);
+}
+std::vector<StageOrder> generate_dualpipe_v(int pp, int, int m, const StageCosts&) { return dualpipe_v(pp, m); }
+std::vector<StageOrder> generate_dualpipe(int pp, int, int m, const StageCosts&) { return dualpipe(pp, m); }
+
+std::vector<ScheduleProblem> no_constraints(int, int, int) { return {}; }
+std::vector<ScheduleProblem> check_interleaved(int pp, int vpp, int m) {
+  if (vpp > 1 && m % pp != 0)
+    return {{"microbatches", "the interleaved schedule needs a multiple of pp=" + std::to_string(pp)}};
+  return {};
+}
+/// DeepSeek's DualPipeV takes at least two micro-batches per device (dualpipev.py: num_chunks
+/// >= num_ranks * 2); the V schedules are list schedules otherwise free of divisibility rules.
+std::vector<ScheduleProblem> check_dualpipe_v(int pp, int, int m) {
+  if (m < 2 * pp) return {{"microbatches", "dualpipev needs at least 2 x pp = " + std::to_string(2 * pp)}};
+  return {};
+}
+/// DeepSeek's dualpipe.py: an even number of ranks and of micro-batches, at least 2 x ranks.
+std::vector<ScheduleProblem> check_dualpipe(int pp, int, int m) {
+  std::vector<ScheduleProblem> out;
+  if (pp % 2 != 0) out.push_back({"pp", "must be even for dualpipe (devices pair up as mirror stages)"});
+  if (m % 2 != 0 || m < 2 * pp)
+    out.push_back({"microbatches", "dualpipe needs an even number (half from each end), at least 2 x pp = " +
+                                       std::to_string(2 * pp)});
+  return out;
+}
+
+//                         kind                       name              splitW bidir  V      pairs  auto   chunks plan_vpp
+constexpr ScheduleTraits kTable[] = {
+    {ScheduleKind::OneFOneB,     "1f1b",             false, false, false, false, true,  1, 1, generate_1f1b,
+     inflight_interleaved_or_1f1b, fill_1f1b, no_constraints},
+    {ScheduleKind::Interleaved,  "interleaved_1f1b", false, false, false, false, true,  0, 0, generate_interleaved,
+     inflight_interleaved_or_1f1b, fill_1f1b, check_interleaved},
+    {ScheduleKind::ZeroBubbleH1, "zb_h1",            true,  false, false, false, false, 1, 1, generate_zb_h1,
+     inflight_zb_h1, fill_zb_h1, no_constraints},
+    {ScheduleKind::ZeroBubbleV,  "zb_v",             true,  false, true,  false, false, 2, 2, generate_zb_v,
+     inflight_v, fill_zb_v, no_constraints},
+    {ScheduleKind::DualPipeV,    "dualpipev",        true,  false, true,  true,  false, 2, 2, generate_dualpipe_v,
+     inflight_v, fill_dualpipe_v, check_dualpipe_v},
+    {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true,  false, 1, 2, generate_dualpipe,
+     inflight_dualpipe, fill_dualpipe, check_dualpipe},
+};
+
+static_assert([] {
+  for (std::size_t i = 0; i < std::size(kTable); ++i)
+    if (kTable[i].kind != static_cast<ScheduleKind>(i)) return false;
+  return true;
+}(), "the schedule registry is indexed by ScheduleKind: keep kTable in enum order");
+
 }  // namespace
 
-std::vector<StageOrder> make_schedule(ScheduleKind kind, int pp, int vpp, int m, const StageCosts& costs) {
-  std::vector<StageOrder> out(static_cast<std::size_t>(pp));
-  if (kind == ScheduleKind::ZeroBubbleH1) return zero_bubble_h1(pp, m, costs);
-  if (kind == ScheduleKind::ZeroBubbleV) return zero_bubble_v(pp, m, costs, 2 * pp);
-  if (kind == ScheduleKind::DualPipeV) return dualpipe_v(pp, m);
-  if (kind == ScheduleKind::DualPipe) return dualpipe(pp, m);
-  for (int s = 0; s < pp; ++s)
-    out[s] = (kind == ScheduleKind::Interleaved && vpp > 1) ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
-  return out;
+const std::span<const ScheduleTraits> kSchedules{kTable};
+
+const ScheduleTraits* find_schedule(std::string_view name) {
+  for (const ScheduleTraits& t : kSchedules)
+    if (name == t.name) return &t;
+  return nullptr;
 }
 
 }  // namespace moesim::strategies

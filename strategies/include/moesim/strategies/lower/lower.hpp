@@ -126,43 +126,6 @@ struct Lowered {
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
               const CancelFlag* cancel = nullptr);
 
-/// A fast estimate of one plan from the same operator, collective and memory models, without
-/// the event engine: each layer's forward and backward programs are timed alone (streams in
-/// order), stages are summed, the pipeline is the slowest stage times the micro-batches plus the
-/// fill and drain of the others (divided by the virtual stages), and the data-parallel traffic
-/// is exposed beyond the backward (or forward) it overlaps. Used to screen plans in a search.
-struct PlanEstimate {
-  double step_s = 0;
-  double tokens_per_s = 0;
-  double mfu = 0;
-  double peak_memory_bytes = 0;  ///< worst stage
-  double capacity_bytes = 0;
-  bool fits = true;
-  double compute_s = 0;          ///< per micro-batch work of the slowest stage times m
-  double exposed_comm_s = 0;     ///< tp / cp / ep communication not hidden in the layers
-  double bubble_s = 0;
-  double dp_exposed_s = 0;
-  const char* bottleneck = "compute";  ///< the largest non-compute part, or "compute"
-};
-
-struct EstimatorCache;  ///< shapes and per-layer costs shared by the plans one thread screens
-
-class Estimator {
- public:
-  Estimator(const Scenario& base, const topologies::Topology& topo, const models::Workload& w);
-  ~Estimator();
-  Estimator(const Estimator&) = delete;
-  Estimator& operator=(const Estimator&) = delete;
-  /// `plan` must be valid for the scenario (validate_plan or plan_is_valid).
-  PlanEstimate estimate(const Plan& plan);
-
- private:
-  const Scenario& base_;
-  const topologies::Topology& topo_;
-  const models::Workload& w_;
-  EstimatorCache* cache_;
-};
-
 /// Expected fraction of cross-server all-to-all bytes left after merging the copies of a token
 /// bound for the same server: `experts` spread evenly over `servers`, top-k chosen uniformly.
 double alltoall_dedup_ratio(int experts, int top_k, int servers);

@@ -22,6 +22,7 @@
 #include "moesim/models/routing.hpp"
 #include "moesim/models/workload.hpp"
 #include "moesim/sim/config.hpp"
+#include "moesim/strategies/plan/schedule.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::strategies {
@@ -45,7 +46,6 @@ enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 /// fed from device p - 1 (two parameter copies; internally two chunks, vpp = 2); DualPipeV's
 /// phases on p/2 rank pairs with half the micro-batches per direction; needs p even and an
 /// even number of micro-batches, at least 2p.
-enum class ScheduleKind : std::uint8_t { OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV, DualPipe };
 /// Expert all-to-all: flat pairwise, Pangu's hierarchical (aggregate across servers, then
 /// exchange inside), or MindSpeed's all-gather across servers + all-to-all(v) inside.
 enum class AllToAllAlgo : std::uint8_t { Flat, Hierarchical, AllGather };

@@ -23,6 +23,7 @@
 #include "moesim/strategies/lower/lower.hpp"
 #include "moesim/strategies/plan/plan.hpp"
 #include "moesim/strategies/output/simulate.hpp"
+#include "moesim/strategies/search/screen.hpp"
 
 namespace moesim::strategies {
 

@@ -1,0 +1,52 @@
+#pragma once
+// The search screen: an estimate of one plan without the event engine, from the same layer
+// programs, collective and memory models as the simulation.
+//
+//   Estimator est(base_scenario, topology, workload);   // one per thread: it caches
+//   PlanEstimate e = est.estimate(plan);                 // plan valid for the scenario
+
+#include <memory>
+
+#include "moesim/models/workload.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+#include "moesim/topologies/topology.hpp"
+
+namespace moesim::strategies {
+
+/// A fast estimate of one plan from the same operator, collective and memory models, without
+/// the event engine: each layer's forward and backward programs are timed alone (streams in
+/// order), stages are summed, the pipeline is the slowest stage times the micro-batches plus the
+/// fill and drain of the others (divided by the virtual stages), and the data-parallel traffic
+/// is exposed beyond the backward (or forward) it overlaps. Used to screen plans in a search.
+struct PlanEstimate {
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double peak_memory_bytes = 0;  ///< worst stage
+  double capacity_bytes = 0;
+  bool fits = true;
+  double compute_s = 0;          ///< per micro-batch work of the slowest stage times m
+  double exposed_comm_s = 0;     ///< tp / cp / ep communication not hidden in the layers
+  double bubble_s = 0;
+  double dp_exposed_s = 0;
+  const char* bottleneck = "compute";  ///< the largest non-compute part, or "compute"
+};
+
+struct EstimatorCache;  ///< shapes and per-layer costs shared by the plans one thread screens
+
+class Estimator {
+ public:
+  Estimator(const Scenario& base, const topologies::Topology& topo, const models::Workload& w);
+  ~Estimator();
+  Estimator(const Estimator&) = delete;
+  Estimator& operator=(const Estimator&) = delete;
+  /// `plan` must be valid for the scenario (validate_plan or plan_is_valid).
+  PlanEstimate estimate(const Plan& plan);
+
+ private:
+  const Scenario& base_;
+  const topologies::Topology& topo_;
+  const models::Workload& w_;
+  std::unique_ptr<EstimatorCache> cache_;
+};
+}  // namespace moesim::strategies

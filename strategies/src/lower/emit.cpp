@@ -1,0 +1,624 @@
+#include "emit.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "layer.hpp"
+#include "moesim/strategies/lower/memory.hpp"
+
+namespace moesim::strategies::lowering {
+
+using topologies::Collective;
+
+void StagePrograms::resize(int pp, int vpp) {
+  fwd.assign(pp, std::vector<Program>(vpp));
+  bwd.assign(pp, std::vector<Program>(vpp));
+  wgt.assign(pp, std::vector<Program>(vpp));
+  bwd_full.assign(pp, std::vector<Program>(vpp));
+  act.assign(pp, std::vector<double>(vpp, 0.0));
+  item_params.assign(pp, std::vector<std::vector<std::pair<double, double>>>(vpp));
+}
+
+namespace {
+
+class Emitter {
+ public:
+  Emitter(const EmitInputs& in, StagePrograms& programs, sim::TaskGraphBuilder& builder);
+  EmitResult run();
+
+ private:
+  using TaskLists = std::vector<std::vector<sim::TaskId>>;  ///< per simulated position of a stage
+  /// Bookkeeping of one stage while its passes are emitted.
+  struct StageState {
+    int stage = 0;
+    std::vector<std::vector<TaskLists>> item_gather;  ///< [chunk][item]: parameter gathers per position
+    std::vector<int> last_bwd_mb;                     ///< per chunk: micro-batch of the last gradient pass
+    std::vector<bool> first_fwd_seen;                 ///< per chunk
+  };
+
+  void merge_fast_programs();
+  void merge_fast(Program& prog, const char* pass, int chunk);
+  [[nodiscard]] int rank_index(int stage, int pos) const { return stage * per_stage_ + pos; }
+  [[nodiscard]] std::size_t slot(int stage, int pos, int mb, int chunk, Phase ph) const {
+    return ((((static_cast<std::size_t>(stage) * per_stage_ + pos) * m_ + mb) * vpp_ + chunk) * 3) +
+           static_cast<std::size_t>(ph);
+  }
+  [[nodiscard]] bool group_simulated(GroupKind g, int local) const;
+  [[nodiscard]] bool shared_group(GroupKind g, int local) const;
+  void resources_for(const Step& st, int stage, int pos, bool shared, std::vector<sim::ResourceId>& out) const;
+  [[nodiscard]] sim::ResourceId stream_of(int stage, int pos, Stream s) const {
+    return in_.ranks[rank_index(stage, pos)].streams[static_cast<int>(s)];
+  }
+  Tick step_duration(const Step& st, int mb, int local);
+  void instantiate_step(const Program& prog, std::size_t i, int stage, int mb, std::vector<sim::TaskId>& tasks_out);
+  void instantiate(const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out);
+  void instantiate_pair(const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
+                        std::vector<sim::TaskId>& out_b, int stage, bool balance);
+  TaskLists emit_dp(int stage, double params_dense, double params_expert, bool gather, const std::string& label);
+  const Program& program_of(int stage, const PipeOp& op) const;
+  void emit_stage(int stage);
+  void finish_op(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks,
+                 bool fused = false);
+  void link_pass(int stage, int pos, const PipeOp& op, bool fused);
+  void swap_activations(int stage, int pos, const PipeOp& op);
+  void reduce_item_gradients(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks);
+  void emit_sends();
+  void emit_step_end(int stage);
+  std::vector<sim::TaskId> emit_optimizer(int stage, double shard);
+
+  const EmitInputs& in_;
+  const Plan& p_;
+  const Layout& lay_;
+  StagePrograms& pr_;
+  sim::TaskGraphBuilder& builder_;
+  int pp_, vpp_, m_, per_stage_;
+  Tick launch_ticks_;
+  double swap_seconds_ = 0;  ///< seconds per byte of a chunk's activations swapped one way (0: none)
+  double host_bw_ = 0;
+  Phase grads_done_ = Phase::Backward;
+  sim::LabelId launch_label_ = 0, sync_label_ = 0;
+  std::vector<sim::TaskId> first_, last_;  ///< first/last task of each (stage, position, mb, chunk, phase)
+  std::vector<sim::ResourceId> res_;
+  std::vector<sim::TaskId> group_task_;    ///< group-shared tasks of the current step, per group
+  std::vector<std::vector<sim::TaskId>> dp_tasks_;  ///< per rank: what the optimizer waits for
+  std::vector<sim::TaskId> tasks_, tasks2_;
+  EmitResult out_;
+};
+
+Emitter::Emitter(const EmitInputs& in, StagePrograms& programs, sim::TaskGraphBuilder& builder)
+    : in_(in), p_(in.plan), lay_(in.layout), pr_(programs), builder_(builder) {
+  pp_ = p_.pp;
+  vpp_ = p_.vpp;
+  m_ = p_.num_microbatches;
+  per_stage_ = static_cast<int>(in.simulated.locals.size());
+  launch_ticks_ = to_ticks(Seconds{in.scenario.simulation.launch_overhead});
+  host_bw_ = in.scenario.cluster.device.host_bandwidth.value();
+  swap_seconds_ = p_.swap_activations > 0 && host_bw_ > 0 ? p_.swap_activations / host_bw_ : 0.0;
+  // With separate weight-gradient passes, a micro-batch's gradients are complete after its W.
+  grads_done_ = splits_weight_gradients(p_.schedule) ? Phase::WeightGrad : Phase::Backward;
+}
+
+// Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
+// With host dispatch, what the host thread adds to the pass timed alone becomes one task of
+// its own ahead of the pass's compute (breakdown: host-bound).
+void Emitter::merge_fast_programs() {
+  for (int stage = 0; stage < pp_; ++stage)
+    for (int c = 0; c < vpp_; ++c) {
+      merge_fast(pr_.fwd[stage][c], "F", c);
+      merge_fast(pr_.bwd[stage][c], "B", c);
+      merge_fast(pr_.wgt[stage][c], "W", c);
+      merge_fast(pr_.bwd_full[stage][c], "W", c);
+    }
+}
+
+void Emitter::merge_fast(Program& prog, const char* pass, int c) {
+  if (prog.steps.empty()) return;
+  const bool fused = in_.scenario.simulation.fused_vector_ops;
+  Tick host_extra = 0;
+  if (launch_ticks_ > 0) {
+    double unused = 0;
+    std::array<double, kNumCats> unused_comm{};
+    const double with_host = time_alone(prog, launch_ticks_, fused, lay_.ep, unused, unused_comm);
+    const double alone = time_alone(prog, 0, fused, lay_.ep, unused, unused_comm);
+    host_extra = std::max<Tick>(0, to_ticks(Seconds{with_host}) - to_ticks(Seconds{alone}));
+  }
+  Program merged;
+  std::array<Tick, kNumCats> by_cat{};
+  std::array<GroupKind, kNumCats> grp{};
+  std::array<Stream, kNumCats> stream{};
+  for (const Step& st : prog.steps) {
+    by_cat[st.cat] = add_ticks(by_cat[st.cat], st.duration);
+    grp[st.cat] = st.group;
+    stream[st.cat] = st.stream;
+  }
+  double flops = 0;
+  for (const Step& st : prog.steps) flops += st.flops;
+  int last = -1;
+  if (host_extra > 0) {
+    Step st;
+    st.duration = host_extra;
+    st.cat = kLaunch;
+    st.stream = Stream::Compute;
+    st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + ".host_bound");
+    merged.steps.push_back(st);
+    last = 0;
+  }
+  for (int cat = 0; cat < kNumCats; ++cat) {
+    if (by_cat[cat] == 0) continue;
+    Step st;
+    st.duration = by_cat[cat];
+    st.cat = static_cast<sim::Category>(cat);
+    st.stream = stream[cat];
+    st.group = grp[cat];
+    st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + "." + category_names()[cat]);
+    st.dep0 = last;
+    st.flops = cat == kCompute ? flops : 0;
+    merged.steps.push_back(st);
+    last = static_cast<int>(merged.steps.size()) - 1;
+  }
+  merged.chain_end = last;
+  merged.item_end.assign(prog.item_end.size(), last);
+  prog = std::move(merged);
+}
+
+bool Emitter::group_simulated(GroupKind g, int local) const {
+  for (int l : lay_.members(g, local))
+    if (in_.simulated.pos_of_local[l] < 0) return false;
+  return true;
+}
+
+// A task runs on its stream; a collective at full fidelity holds the streams of all its
+// members, so it starts when the last member reaches it. Collectives do not hold link
+// resources: exclusive first-come-first-served links would serialise what the network
+// shares, and would break the symmetry of identical ranks. Bandwidth sharing between
+// concurrent collectives is the flow-level network model's job.
+// A collective is one task for all its members when they are all simulated (it starts when
+// the last one reaches it); otherwise each simulated member runs its own copy.
+bool Emitter::shared_group(GroupKind g, int local) const {
+  return g != GroupKind::None && lay_.members(g, local).size() > 1 && group_simulated(g, local);
+}
+
+void Emitter::resources_for(const Step& st, int stage, int q, bool shared, std::vector<sim::ResourceId>& out) const {
+  out.clear();
+  if (!shared) {
+    out.push_back(stream_of(stage, q, st.stream));
+    return;
+  }
+  for (int l : lay_.members(st.group, in_.simulated.locals[q]))
+    out.push_back(stream_of(stage, in_.simulated.pos_of_local[l], st.stream));
+}
+
+Tick Emitter::step_duration(const Step& st, int mb, int local) {
+  if (st.role == Role::Attention) {
+    const int dp_i = local / (p_.tp * p_.cp);
+    return scale_ticks(st.duration, in_.documents->factor[dp_i][mb]);
+  }
+  if (in_.simulated.skewed && st.role != Role::None) return in_.routing->routed_duration(st, mb, local);
+  return st.duration;
+}
+
+// One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
+void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, int mb,
+                               std::vector<sim::TaskId>& tasks_out) {
+  const Step& st = prog.steps[i];
+  const bool shared = shared_group(st.group, in_.simulated.locals[0]);
+  if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
+  // The same for every rank of the stage.
+  const Tick host = host_ticks(st, launch_ticks_, in_.scenario.simulation.fused_vector_ops, lay_.ep);
+  for (int q = 0; q < per_stage_; ++q) {
+    const int local = in_.simulated.locals[q];
+    const Tick dur = step_duration(st, mb, local);
+    sim::TaskId t;
+    if (shared) {
+      const int g = lay_.group_index(st.group, local);
+      if (group_task_[g] == sim::kNoTask) {
+        resources_for(st, stage, q, true, res_);
+        group_task_[g] = builder_.add_task(dur, st.cat, st.label, mb, res_);
+      }
+      t = group_task_[g];
+    } else {
+      resources_for(st, stage, q, false, res_);
+      t = builder_.add_task(dur, st.cat, st.label, mb, res_);
+    }
+    tasks_out[i * per_stage_ + q] = t;
+    // Host dispatch: the host thread issues every kernel in program order; a kernel cannot
+    // start before its launch.
+    if (host > 0) {
+      const sim::TaskId ln = builder_.add_task(host, kLaunch, launch_label_, mb, {stream_of(stage, q, Stream::Launch)});
+      builder_.depend(ln, t);
+    }
+    // The dispatch all-to-all(v) needs the tokens per expert on the host (Megatron's
+    // alltoall dispatcher copies them to the CPU): the host thread waits for the router's
+    // result before it can issue anything further, so it cannot run ahead past a dispatch.
+    if (launch_ticks_ > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+      const sim::TaskId sync =
+          builder_.add_task(launch_ticks_, kLaunch, sync_label_, mb, {stream_of(stage, q, Stream::Launch)});
+      if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage_ + q], sync);
+      if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage_ + q], sync);
+      builder_.depend(sync, t);
+    }
+    if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage_ + q], t);
+    if (st.dep1 >= 0) builder_.depend(tasks_out[st.dep1 * per_stage_ + q], t);
+  }
+}
+
+// Instantiate one program for every simulated rank of a stage; fills tasks_out[step][rank].
+void Emitter::instantiate(const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out) {
+  tasks_out.assign(prog.steps.size() * per_stage_, sim::kNoTask);
+  for (std::size_t i = 0; i < prog.steps.size(); ++i) instantiate_step(prog, i, stage, mb, tasks_out);
+}
+
+// Forward-backward overlap (MindSpeed --moe-fb-overlap, DualPipe's core): a backward and a
+// forward of different micro-batches are issued as one interleaved stream of work. The issue
+// order comes from running the two programs together on the stage's streams (durations only,
+// inputs assumed ready): the next step of either program goes first if it can start first,
+// the backward winning ties — so the forward fills the compute stream while the backward
+// waits for its all-to-all, and the other way round. Tasks of a stream run in issue order.
+void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
+                               std::vector<sim::TaskId>& out_b, int stage, bool balance) {
+  out_a.assign(a.steps.size() * per_stage_, sim::kNoTask);
+  out_b.assign(b.steps.size() * per_stage_, sim::kNoTask);
+  std::array<Tick, kNumStreams> stream_free{};
+  std::vector<Tick> end_a(a.steps.size(), 0), end_b(b.steps.size(), 0);
+  auto start_of = [&](const Step& st, const std::vector<Tick>& end) {
+    Tick t = stream_free[static_cast<int>(st.stream)];
+    if (st.dep0 >= 0) t = std::max(t, end[st.dep0]);
+    if (st.dep1 >= 0) t = std::max(t, end[st.dep1]);
+    return t;
+  };
+  // Of two steps that can start at once a communication goes first (so that it runs under
+  // the other's compute); then, with `balance` (DualPipeV, whose pairs send both outputs on
+  // at once), the program with more compute left, so the two end together instead of one
+  // running on alone with its all-to-alls exposed; otherwise (moe_fb_overlap in 1F1B) the
+  // backward `a`, whose gradient the previous stage waits for. Measured: balancing makes
+  // DualPipeV's 718B step 11.00 -> 10.66 s but the small two-stage fb-overlap test 0.055 ->
+  // 0.068 s.
+  auto remaining = [](const Program& p) {
+    std::vector<Tick> r(p.steps.size() + 1, 0);
+    for (std::size_t k = p.steps.size(); k-- > 0;)
+      r[k] = add_ticks(r[k + 1], p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
+    return r;
+  };
+  const std::vector<Tick> rem_a = remaining(a), rem_b = remaining(b);
+  std::size_t i = 0, j = 0;
+  while (i < a.steps.size() || j < b.steps.size()) {
+    bool take_a = j >= b.steps.size();
+    if (!take_a && i < a.steps.size()) {
+      const Tick sa = start_of(a.steps[i], end_a), sb = start_of(b.steps[j], end_b);
+      const bool ca = a.steps[i].stream != Stream::Compute, cb = b.steps[j].stream != Stream::Compute;
+      take_a = sa < sb || (sa == sb && (ca != cb ? ca : !balance || rem_a[i] >= rem_b[j]));
+    }
+    const Program& prog = take_a ? a : b;
+    std::vector<Tick>& end = take_a ? end_a : end_b;
+    const std::size_t k = take_a ? i++ : j++;
+    const Step& st = prog.steps[k];
+    end[k] = add_ticks(start_of(st, end), st.duration);
+    stream_free[static_cast<int>(st.stream)] = end[k];
+    instantiate_step(prog, k, stage, take_a ? mb_a : mb_b, take_a ? out_a : out_b);
+  }
+}
+
+// Emits the data-parallel collectives for `params_dense` / `params_expert` parameters of a
+// stage, split into buckets (Megatron's default bucket size); returns the tasks created for
+// each rank of the stage.
+Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double params_expert, bool gather,
+                                    const std::string& label) {
+  TaskLists created(per_stage_);
+  // BF16 parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
+  const double bytes_per_param = gather ? 2.0 : (p_.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam);
+  const Collective op =
+      gather ? Collective::AllGather : (p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce);
+  for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
+    if (params <= 0 || in_.net.shape(g).size <= 1) continue;
+    const int buckets = std::max(1, static_cast<int>(std::ceil(params / kGradientBucketParams)));
+    const Step st = in_.net.step(g, op, params / buckets * bytes_per_param, kDpComm, Stream::Dp,
+                                 builder_.label(label + (g == GroupKind::Edp ? ".expert" : "")), buckets);
+    if (st.duration == 0) continue;
+    const bool shared = shared_group(g, in_.simulated.locals[0]);
+    for (int bk = 0; bk < buckets; ++bk) {
+      if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
+      for (int q = 0; q < per_stage_; ++q) {
+        sim::TaskId t = sim::kNoTask;
+        const int gi = shared ? lay_.group_index(g, in_.simulated.locals[q]) : 0;
+        if (!shared || group_task_[gi] == sim::kNoTask) {
+          resources_for(st, stage, q, shared, res_);
+          t = builder_.add_task(st.duration, st.cat, st.label, -1, res_);
+          if (shared) group_task_[gi] = t;
+        } else {
+          t = group_task_[gi];
+        }
+        created[q].push_back(t);
+      }
+    }
+  }
+  return created;
+}
+
+const Program& Emitter::program_of(int stage, const PipeOp& op) const {
+  return op.phase == Phase::Forward    ? pr_.fwd[stage][op.chunk]
+         : op.phase == Phase::Backward ? pr_.bwd[stage][op.chunk]
+                                       : pr_.wgt[stage][op.chunk];
+}
+
+// A pass's order constraints inside the stage: backward after the chunk's own forward (the loss
+// on the last stage), W after the output gradients B received.
+void Emitter::link_pass(int stage, int l, const PipeOp& op, bool fused) {
+  const std::size_t sl = slot(stage, l, op.microbatch, op.chunk, op.phase);
+  if (op.phase == Phase::Backward) builder_.depend(last_[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first_[sl]);
+  if (op.phase == Phase::WeightGrad && !fused) {
+    const sim::TaskId b = last_[slot(stage, l, op.microbatch, op.chunk, Phase::Backward)];
+    builder_.depend(b != sim::kNoTask ? b : last_[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], first_[sl]);
+  }
+}
+
+// Activation swapping: after the forward a share of the chunk's saved activations goes to host
+// memory; the backward waits for it to come back. Copies out and in queue on two host streams
+// (the link is full duplex), each in issue order.
+void Emitter::swap_activations(int stage, int l, const PipeOp& op) {
+  if (swap_seconds_ <= 0 || op.phase == Phase::WeightGrad) return;
+  const std::size_t sl = slot(stage, l, op.microbatch, op.chunk, op.phase);
+  const double secs = swap_seconds_ * pr_.act[stage][op.chunk];
+  const bool out = op.phase == Phase::Forward;
+  const sim::TaskId copy = builder_.add_task(to_ticks(Seconds{secs}), kSwap, builder_.label(out ? "swap_out" : "swap_in"),
+                                             op.microbatch, {stream_of(stage, l, out ? Stream::Host : Stream::HostIn)});
+  if (out) {
+    builder_.depend(last_[sl], copy);
+  } else {
+    builder_.depend(last_[slot(stage, l, op.microbatch, op.chunk, Phase::Forward)], copy);
+    builder_.depend(copy, first_[sl]);
+  }
+}
+
+// Overlapped gradient reduction: each item's buckets start once the chunk's last backward has
+// produced that item's gradients.
+void Emitter::reduce_item_gradients(StageState& ss, const PipeOp& op, const Program& prog,
+                                    const std::vector<sim::TaskId>& tasks) {
+  const int stage = ss.stage;
+  const auto& items = in_.stages[stage].chunk_items[op.chunk];
+  for (int k = static_cast<int>(items.size()) - 1; k >= 0; --k) {
+    const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
+    auto rs = emit_dp(stage, pd, pe, false, "grad_reduce." + item_prefix(in_.workload.items[items[k]]));
+    const int end_step = std::max(0, prog.item_end[k]);
+    for (int l = 0; l < per_stage_; ++l)
+      for (sim::TaskId t : rs[l]) {
+        builder_.depend(tasks[static_cast<std::size_t>(end_step) * per_stage_ + l], t);
+        dp_tasks_[rank_index(stage, l)].push_back(t);
+      }
+  }
+}
+
+// Bookkeeping of one instantiated pass: its first and last tasks, its inputs inside the stage,
+// parameter gathers before the first forward, gradient reduction after the last. `fused`: the W
+// of a backward instantiated whole (B and W in one program, DualPipeV's pairs).
+void Emitter::finish_op(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks,
+                        bool fused) {
+  const int stage = ss.stage;
+  int entry = 0;
+  while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
+  for (int l = 0; l < per_stage_; ++l) {
+    const std::size_t sl = slot(stage, l, op.microbatch, op.chunk, op.phase);
+    first_[sl] = tasks[static_cast<std::size_t>(entry) * per_stage_ + l];
+    last_[sl] = tasks[static_cast<std::size_t>(std::max(0, prog.chain_end)) * per_stage_ + l];
+    link_pass(stage, l, op, fused);
+    swap_activations(stage, l, op);
+    if (op.phase == Phase::Forward && !ss.first_fwd_seen[op.chunk]) {
+      const auto& gathers = ss.item_gather[op.chunk];
+      for (std::size_t k = 0; k < gathers.size(); ++k) {
+        const int begin = k == 0 ? entry : prog.item_end[k - 1] + 1;
+        if (begin >= static_cast<int>(prog.steps.size())) continue;
+        for (sim::TaskId g : gathers[k][l]) builder_.depend(g, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
+      }
+    }
+  }
+  if (op.phase == Phase::Forward) ss.first_fwd_seen[op.chunk] = true;
+  if (op.phase == grads_done_ && p_.overlap_grad_reduce && op.microbatch == ss.last_bwd_mb[op.chunk])
+    reduce_item_gradients(ss, op, prog, tasks);
+}
+
+void Emitter::emit_stage(int stage) {
+  in_.net.set_stage(stage);
+  const StageInfo& si = in_.stages[stage];
+  StageState ss;
+  ss.stage = stage;
+  // Distributed optimizer with overlapped parameter gather: the previous step's all-gather of
+  // each item's buckets runs ahead, and the first forward of the item waits for its own
+  // buckets only (Megatron waits per bucket in a forward pre-hook) — steady state of a
+  // periodic step.
+  ss.item_gather.resize(vpp_);
+  if (p_.distributed_optimizer && p_.overlap_param_gather) {
+    for (int c = 0; c < vpp_; ++c) {
+      const auto& items = si.chunk_items[c];
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        const auto [pd, pe] = pr_.item_params[stage][c][k];
+        ss.item_gather[c].push_back(
+            emit_dp(stage, pd, pe, true, "param_gather." + item_prefix(in_.workload.items[items[k]])));
+      }
+    }
+  }
+  ss.last_bwd_mb.assign(vpp_, -1);
+  for (const PipeOp& op : in_.schedule[stage])
+    if (op.phase == grads_done_) ss.last_bwd_mb[op.chunk] = op.microbatch;
+  ss.first_fwd_seen.assign(vpp_, false);
+
+  const auto& order = in_.schedule[stage];
+  const bool pairs = pairs_forward_backward(p_.schedule);
+  for (std::size_t oi = 0; oi < order.size(); ++oi) {
+    throw_if_cancelled(in_.cancel);
+    const PipeOp& op = order[oi];
+    const Program& prog = program_of(stage, op);
+    if (prog.steps.empty()) continue;
+    const bool next_is_other_forward = op.phase == Phase::Backward && oi + 1 < order.size() &&
+                                       order[oi + 1].phase == Phase::Forward &&
+                                       order[oi + 1].microbatch != op.microbatch;
+    // DualPipeV: a pair issued as B, F, W of the B's micro-batch and chunk overlaps the
+    // forward with the whole backward (B and W), as DeepSeek's overlapped chunk does.
+    if (pairs && next_is_other_forward && oi + 2 < order.size() && order[oi + 2].phase == Phase::WeightGrad &&
+        order[oi + 2].microbatch == op.microbatch && order[oi + 2].chunk == op.chunk &&
+        !program_of(stage, order[oi + 1]).steps.empty()) {
+      const PipeOp& next = order[oi + 1];
+      const Program& whole = pr_.bwd_full[stage][op.chunk];
+      instantiate_pair(whole, op.microbatch, tasks_, program_of(stage, next), next.microbatch, tasks2_, stage, true);
+      finish_op(ss, op, whole, tasks_);
+      finish_op(ss, next, program_of(stage, next), tasks2_);
+      finish_op(ss, order[oi + 2], whole, tasks_, true);
+      oi += 2;
+      continue;
+    }
+    // Forward-backward overlap: a backward followed by the forward of another micro-batch
+    // (1F1B's steady state) are issued together. The backward's gradient is what the stage
+    // waits for; the next forward's input has usually arrived already, so pairing in this
+    // order does not hold the forward back.
+    if (p_.fb_overlap && next_is_other_forward && !program_of(stage, order[oi + 1]).steps.empty()) {
+      const PipeOp& next = order[oi + 1];
+      instantiate_pair(prog, op.microbatch, tasks_, program_of(stage, next), next.microbatch, tasks2_, stage, pairs);
+      finish_op(ss, op, prog, tasks_);
+      finish_op(ss, next, program_of(stage, next), tasks2_);
+      ++oi;
+      continue;
+    }
+    instantiate(prog, stage, op.microbatch, tasks_);
+    finish_op(ss, op, prog, tasks_);
+  }
+}
+
+// Cross-stage sends: activations forward, gradients backward.
+void Emitter::emit_sends() {
+  const int V = pp_ * vpp_;
+  std::vector<sim::ResourceId> pres;
+  for (int stage = 0; stage < pp_; ++stage) {
+    for (const PipeOp& op : in_.schedule[stage]) {
+      if (op.phase == Phase::WeightGrad) continue;  // nothing to send
+      const int v = virtual_stage(p_.schedule, pp_, stage, op.chunk);
+      const bool fwd = op.phase == Phase::Forward;
+      const int v_next = fwd ? v + 1 : v - 1;
+      if (v_next < 0 || v_next >= V) continue;
+      if (bidirectional(p_.schedule) && std::min(v, v_next) == pp_ - 1) continue;  // the two directions do not meet
+      const int s_next = stage_of_virtual(p_.schedule, pp_, v_next), c_next = chunk_of_virtual(p_.schedule, pp_, v_next);
+      const double secs = fwd ? in_.p2p_seconds[v] : in_.p2p_seconds[v_next];
+      for (int l = 0; l < per_stage_; ++l) {
+        const sim::TaskId src = last_[slot(stage, l, op.microbatch, op.chunk, op.phase)];
+        const sim::TaskId dst = first_[slot(s_next, l, op.microbatch, c_next, op.phase)];
+        if (src == sim::kNoTask || dst == sim::kNoTask) continue;
+        if (secs <= 0) {
+          builder_.depend(src, dst);
+          continue;
+        }
+        const SimRank& a = in_.ranks[rank_index(stage, l)];
+        const SimRank& b = in_.ranks[rank_index(s_next, l)];
+        pres.clear();
+        pres.push_back(a.streams[static_cast<int>(Stream::Pp)]);
+        const bool same_node = in_.topo.node_of(a.global_rank) == in_.topo.node_of(b.global_rank);
+        pres.push_back(same_node ? a.scaleup_port : a.nic);
+        pres.push_back(same_node ? b.scaleup_port : b.nic);
+        const sim::TaskId t = builder_.add_task(to_ticks(Seconds{secs}), kPpComm,
+                                                builder_.label(fwd ? "send_activation" : "send_gradient"), op.microbatch,
+                                                pres);
+        builder_.depend(src, t);
+        builder_.depend(t, dst);
+      }
+    }
+  }
+}
+
+// Adam on the local shard (kOptimizerStepBytesPerParam of memory traffic per parameter), after
+// every pass and gradient reduction of the stage; with swapped optimizer states (MindSpeed
+// --swap-optimizer) they are fetched before the step, once the stage's last forward has run
+// (the fetch overlaps the cooldown backwards); writing them back overlaps the next step's
+// forwards and is not charged.
+std::vector<sim::TaskId> Emitter::emit_optimizer(int stage, double shard) {
+  const Seconds opt_t = in_.cm.memory_bound(Bytes{kOptimizerStepBytesPerParam * shard});
+  out_.optimizer_seconds = std::max(out_.optimizer_seconds, opt_t.value());
+  std::vector<sim::TaskId> opt(per_stage_);
+  for (int l = 0; l < per_stage_; ++l) {
+    opt[l] = builder_.add_task(to_ticks(opt_t), kOptimizer, builder_.label("optimizer_step"), -1,
+                               {stream_of(stage, l, Stream::Compute)});
+    for (int mb = 0; mb < m_; ++mb)
+      for (int c = 0; c < vpp_; ++c)
+        for (Phase ph : {Phase::Backward, Phase::WeightGrad}) {
+          const sim::TaskId t = last_[slot(stage, l, mb, c, ph)];
+          if (t != sim::kNoTask) builder_.depend(t, opt[l]);
+        }
+    for (sim::TaskId t : dp_tasks_[rank_index(stage, l)]) builder_.depend(t, opt[l]);
+    if (p_.swap_optimizer && host_bw_ > 0) {
+      const Seconds fetch{kAdamStateBytesPerParam * shard / host_bw_};
+      const sim::TaskId fetch_task = builder_.add_task(to_ticks(fetch), kSwap, builder_.label("swap_in.optimizer_states"),
+                                                       -1, {stream_of(stage, l, Stream::HostIn)});
+      // Each chunk's last forward in the stage's order (DualPipe's chunk 0 ends at m/2 - 1).
+      std::vector<int> last_fwd_mb(vpp_, -1);
+      for (const PipeOp& op : in_.schedule[stage])
+        if (op.phase == Phase::Forward) last_fwd_mb[op.chunk] = op.microbatch;
+      for (int c = 0; c < vpp_; ++c) {
+        if (last_fwd_mb[c] < 0) continue;
+        const sim::TaskId f = last_[slot(stage, l, last_fwd_mb[c], c, Phase::Forward)];
+        if (f != sim::kNoTask) builder_.depend(f, fetch_task);
+      }
+      builder_.depend(fetch_task, opt[l]);
+    }
+  }
+  return opt;
+}
+
+// End of step: gradient reduction (unless overlapped), optimizer, expert migration, parameter
+// all-gather.
+void Emitter::emit_step_end(int stage) {
+  in_.net.set_stage(stage);
+  const StageInfo& si = in_.stages[stage];
+  if (!p_.overlap_grad_reduce) {
+    auto rs = emit_dp(stage, si.params_dense, si.params_expert, false, "grad_reduce");
+    for (int l = 0; l < per_stage_; ++l)
+      for (sim::TaskId t : rs[l]) {
+        for (int c = 0; c < vpp_; ++c)
+          for (int mb = 0; mb < m_; ++mb)
+            for (Phase ph : {Phase::Backward, Phase::WeightGrad}) {
+              const sim::TaskId b = last_[slot(stage, l, mb, c, ph)];
+              if (b != sim::kNoTask) builder_.depend(b, t);
+            }
+        dp_tasks_[rank_index(stage, l)].push_back(t);
+      }
+  }
+  const double shard = optimizer_shard_params(p_, lay_.edp, si.params_dense, si.params_expert);
+  const std::vector<sim::TaskId> opt = emit_optimizer(stage, shard);
+  // Load-aware expert placement: the moved experts' weights and optimizer shards are fetched
+  // after the optimizer step (every interval_steps, amortised per step).
+  const double mig = in_.simulated.skewed && in_.scenario.placement.rebalance
+                         ? in_.routing->migration_seconds(si.chunk_items, in_.workload.items)
+                         : 0.0;
+  if (mig > 0) {
+    out_.migration_seconds = std::max(out_.migration_seconds, mig);
+    for (int l = 0; l < per_stage_; ++l) {
+      const sim::TaskId t = builder_.add_task(to_ticks(Seconds{mig}), kEpComm, builder_.label("expert_migration"), -1,
+                                              {stream_of(stage, l, Stream::Ep)});
+      builder_.depend(opt[l], t);
+    }
+  }
+  if (p_.distributed_optimizer && !p_.overlap_param_gather) {
+    auto ag = emit_dp(stage, si.params_dense, si.params_expert, true, "param_gather");
+    for (int l = 0; l < per_stage_; ++l)
+      for (sim::TaskId t : ag[l]) builder_.depend(opt[l], t);
+  }
+}
+
+EmitResult Emitter::run() {
+  if (in_.scenario.simulation.fidelity == Fidelity::Fast) merge_fast_programs();
+  const std::size_t slots = static_cast<std::size_t>(pp_) * per_stage_ * m_ * vpp_ * 3;
+  first_.assign(slots, sim::kNoTask);
+  last_.assign(slots, sim::kNoTask);
+  group_task_.assign(static_cast<std::size_t>(lay_.block), sim::kNoTask);
+  dp_tasks_.assign(in_.ranks.size(), {});
+  launch_label_ = builder_.label("launch");
+  sync_label_ = builder_.label("host_sync.tokens_per_expert");
+  for (int stage = 0; stage < pp_; ++stage) emit_stage(stage);
+  emit_sends();
+  for (int stage = 0; stage < pp_; ++stage) emit_step_end(stage);
+  return out_;
+}
+
+}  // namespace
+
+EmitResult emit_step(const EmitInputs& in, StagePrograms& programs, sim::TaskGraphBuilder& builder) {
+  return Emitter(in, programs, builder).run();
+}
+
+}  // namespace moesim::strategies::lowering

@@ -1,0 +1,535 @@
+#include "layer.hpp"
+
+#include <algorithm>
+
+#include "moesim/strategies/lower/lower.hpp"
+
+namespace moesim::strategies::lowering {
+
+using models::Comm;
+using models::Op;
+using models::OpKind;
+using models::Region;
+using models::SavedLayout;
+using models::Split;
+using topologies::Collective;
+
+LayerSpec LayerSpec::of(const Plan& p, const Layout& lay) {
+  LayerSpec s;
+  s.tp = p.tp;
+  s.cp = p.cp;
+  s.ep = lay.ep;
+  s.etp = lay.etp;
+  s.mbs = p.mbs;
+  s.sequence_parallel = p.sequence_parallel;
+  s.tp_comm_overlap = p.tp_comm_overlap;
+  s.shared_expert_overlap = p.shared_expert_overlap;
+  s.recompute_modules = p.recompute == Recompute::Selective ? p.recompute_modules : 0u;
+  s.alltoall = p.alltoall;
+  s.single_stage = p.pp == 1;
+  return s;
+}
+
+int moe_ordinal(const models::ModelSpec& m, const models::PipelineItem& item) {
+  if (!m.is_moe()) return -1;
+  if (item.kind == models::ItemKind::Decoder) {
+    if (!m.is_moe_layer[item.index]) return -1;
+    int k = 0;
+    for (int i = 0; i < item.index; ++i) k += m.is_moe_layer[i] ? 1 : 0;
+    return k;
+  }
+  if (item.kind == models::ItemKind::Mtp && !m.is_moe_layer.empty() && m.is_moe_layer.back())
+    return m.num_moe_layers() + item.index;
+  return -1;
+}
+
+std::string item_prefix(const models::PipelineItem& it) {
+  switch (it.kind) {
+    case models::ItemKind::Embedding: return "emb.";
+    case models::ItemKind::Decoder: return "L" + std::to_string(it.index) + ".";
+    case models::ItemKind::Head: return "head.";
+    case models::ItemKind::Mtp: return "mtp" + std::to_string(it.index) + ".";
+  }
+  return "";
+}
+
+Seconds fp8_cast(const models::ComputeModel& cm, models::Precision p, double elements) {
+  return p == models::Precision::FP8 ? cm.memory_bound(Bytes{4.0 * elements}) - cm.kernel_overhead() : Seconds{0};
+}
+
+LayerBuilder::LayerBuilder(const LayerContext& ctx, const LayerSpec& spec, StageNetwork& net,
+                           sim::TaskGraphBuilder& labels)
+    : ctx_(ctx), spec_(spec), net_(net), labels_(labels) {
+  tok_.T = static_cast<double>(spec.mbs) * static_cast<double>(ctx.seq_length);
+  tok_.Tc = tok_.T / spec.cp;
+  tok_.Tseq = (spec.sequence_parallel && spec.tp > 1) ? tok_.Tc / spec.tp : tok_.Tc;
+  tok_.Texp = tok_.Tseq * spec.etp;
+}
+
+double LayerBuilder::tokens_in(Region r) const {
+  switch (r) {
+    case Region::Sequence: return tok_.Tseq;
+    case Region::Tensor: return tok_.Tc;
+    case Region::Expert: return tok_.Texp;
+  }
+  return tok_.Tc;
+}
+
+LayerBuilder::GemmShape LayerBuilder::gemm_shape(const Op& op) const {
+  if (op.region == Region::Expert) {
+    const double local_experts = std::max(1.0, op.matrices / spec_.ep);
+    const double copies = tok_.Texp * op.tokens_factor;
+    double n = op.n, k = op.k;
+    if (op.split == Split::Column) n /= spec_.etp;
+    if (op.split == Split::Row) k /= spec_.etp;
+    return {copies / local_experts, n, k, local_experts};
+  }
+  double n = op.n, k = op.k;
+  if (op.region == Region::Tensor) {
+    if (op.split == Split::Column) n /= spec_.tp;
+    if (op.split == Split::Row) k /= spec_.tp;
+  }
+  return {tokens_in(op.region) * op.tokens_factor, n, k, 1.0};
+}
+
+double LayerBuilder::vector_bytes(const Op& op) const {
+  double b = op.bytes_per_token * tokens_in(op.region) * op.tokens_factor;
+  if (op.split == Split::Column) b /= (op.region == Region::Expert ? spec_.etp : spec_.tp);
+  return b;
+}
+
+double LayerBuilder::saved_tokens(const Op& op) const {
+  switch (op.saved_layout) {
+    case SavedLayout::Sequence: return tok_.Tseq;
+    case SavedLayout::Split: return tok_.Tc / spec_.tp;
+    case SavedLayout::Full: return tok_.Tc;
+    case SavedLayout::Expert: return tok_.Tseq * op.tokens_factor;
+  }
+  return tok_.Tc;
+}
+
+Step LayerBuilder::compute(sim::Category cat, Seconds t, double flops, const std::string& label) {
+  Step st;
+  st.duration = to_ticks(t);
+  st.cat = cat;
+  st.stream = Stream::Compute;
+  st.flops = flops;
+  st.label = labels_.label(label);
+  return st;
+}
+
+void LayerBuilder::tag(ProgramBuilder& b, int i, Role role, const Op* op) const {
+  if (i < 0 || current_moe_layer_ < 0) return;
+  Step& st = b.p.steps[static_cast<std::size_t>(i)];
+  st.role = role;
+  st.moe_layer = static_cast<std::int16_t>(current_moe_layer_);
+  st.op = op;
+}
+
+void LayerBuilder::emit_forward_op(const Op& op, const std::string& pre, ProgramBuilder& b, bool recompute,
+                                   ItemProgram& ip, int count) {
+  const sim::Category ccat = recompute ? kRecompute : kCompute;
+  const std::string label = pre + op.name + (recompute ? ".recompute" : "");
+  switch (op.kind) {
+    case OpKind::Gemm: {
+      const GemmShape g = gemm_shape(op);
+      const Seconds t = ctx_.cm.gemm(g.m, g.n, g.k, ctx_.precision, g.batch) + fp8_cast(ctx_.cm, ctx_.precision, g.m * g.k * g.batch);
+      const double fl = 2.0 * g.m * g.n * g.k * g.batch;
+      b.chained(compute(ccat, t, fl, label));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertFwd, &op);
+      if (b.overlap_next >= 0) {  // the gather feeding this GEMM ran beside it
+        b.join(b.overlap_next);
+        b.overlap_next = -1;
+      }
+      ip.fwd_flops += recompute ? 0 : fl;
+      break;
+    }
+    case OpKind::Attention: {
+      b.flush_overlap();
+      emit_attention(op, label, b, false, ccat, ip, recompute ? 0 : count);
+      break;
+    }
+    case OpKind::Vector: {
+      b.flush_overlap();
+      const double bytes = vector_bytes(op);
+      if (bytes <= 0) break;
+      b.chained(compute(ccat, ctx_.cm.memory_bound(Bytes{bytes}), 0.0, label));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertFwd, &op);
+      break;
+    }
+    case OpKind::Comm: emit_forward_comm(op, label, b, count); break;
+  }
+}
+
+void LayerBuilder::emit_forward_comm(const Op& op, const std::string& label, ProgramBuilder& b, int cnt) {
+  if (op.comm != Comm::TpGather) b.flush_overlap();
+  switch (op.comm) {
+    case Comm::TpGather:
+      if (spec_.tp > 1 && spec_.sequence_parallel)
+        emit_tp(b, Collective::AllGather, op.bytes_per_token * tok_.Tc, label, cnt, true);
+      break;
+    case Comm::TpScatter:
+      if (spec_.tp > 1)
+        emit_tp(b, spec_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
+                op.bytes_per_token * tok_.Tc, label, cnt, false);
+      break;
+    case Comm::TpReduceSmall:
+      if (spec_.tp > 1)
+        b.chained(collective(GroupKind::Tp, Collective::AllReduce, op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp,
+                             label, cnt));
+      break;
+    case Comm::EpDispatch:
+    case Comm::EpCombine: {
+      const bool dispatch = op.comm == Comm::EpDispatch;
+      const double bytes = op.bytes_per_token * tok_.Tseq;
+      const double dedup =
+          alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
+      if (spec_.etp > 1 && !dispatch)  // combine: reduce-scatter over ETP before the all-to-all
+        b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
+                             label + ".etp", cnt));
+      b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, label, cnt, dedup));
+      tag(b, b.chain, dispatch ? Role::ToExperts : Role::FromExperts, &op);
+      if (spec_.etp > 1 && dispatch)
+        b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
+                             label + ".etp", cnt));
+      break;
+    }
+    case Comm::None: break;
+  }
+}
+
+void LayerBuilder::emit_backward_op(const Op& op, const std::string& pre, ProgramBuilder& b, ItemProgram& ip,
+                                    int count) {
+  const std::string label = pre + op.name;
+  switch (op.kind) {
+    case OpKind::Gemm: emit_backward_gemm(op, label, b, ip, count); break;
+    case OpKind::Attention: {
+      b.flush_overlap();
+      emit_attention(op, label, b, true, kCompute, ip, count);
+      break;
+    }
+    case OpKind::Vector: {
+      b.flush_overlap();
+      const double bytes = op.bwd_data_factor * vector_bytes(op);
+      if (bytes <= 0) break;
+      b.chained(compute(kCompute, ctx_.cm.memory_bound(Bytes{bytes}), 0.0, label + ".bwd"));
+      if (op.expert_part != 0) tag(b, b.chain, Role::ExpertDgrad, &op);
+      break;
+    }
+    case OpKind::Comm: emit_backward_comm(op, label + ".bwd", b, count); break;
+  }
+}
+
+void LayerBuilder::emit_backward_gemm(const Op& op, const std::string& label, ProgramBuilder& b, ItemProgram& ip,
+                                      int count) {
+  const GemmShape g = gemm_shape(op);
+  const int before = b.chain;
+  int gathered = -1;
+  // With SP, a column-parallel GEMM kept only its sequence shard: gather it again for the
+  // weight gradient, overlapped with the data gradient (Megatron's SP backward).
+  if (op.region == Region::Tensor && op.saved_layout == SavedLayout::Sequence && spec_.sequence_parallel &&
+      spec_.tp > 1) {
+    Step ag = collective(GroupKind::Tp, Collective::AllGather, op.k * models::kActivationBytes * tok_.Tc, kTpComm,
+                         Stream::Tp, label + ".regather", count);
+    if (ag.duration > 0) gathered = b.add(ag, before, -1);
+  }
+  // With tp_comm_overlap the gather of the output gradient runs beside the data gradient.
+  const int overlapped = b.overlap_next;
+  b.overlap_next = -1;
+  if (gathered < 0) gathered = overlapped;
+  const double fl = 2.0 * g.m * g.n * g.k * g.batch;
+  const models::Precision prec = ctx_.precision;
+  if (!op.is_embedding && op.bwd_data_factor > 0) {
+    b.chained(compute(kCompute, ctx_.cm.gemm(g.m, g.k, g.n, prec, g.batch) + fp8_cast(ctx_.cm, prec, g.m * g.n * g.batch),
+                      fl * op.bwd_data_factor, label + ".dgrad"));
+    if (op.expert_part != 0) tag(b, b.chain, Role::ExpertDgrad, &op);
+    ip.bwd_flops += fl * op.bwd_data_factor;
+  }
+  if (op.bwd_weight_factor > 0) {
+    Step wg = compute(kCompute, ctx_.cm.gemm(g.k, g.n, g.m, prec, g.batch), fl * op.bwd_weight_factor, label + ".wgrad");
+    // Autograd computes the weight gradient before it moves to the next node, so the next
+    // backward step waits for it too (`pending`); only Megatron's explicit asynchronous
+    // SP reduce-scatter overlaps it (see the TpGather backward).
+    const int wi = b.add(wg, before, gathered);
+    b.p.steps[static_cast<std::size_t>(wi)].wgrad = true;
+    if (op.expert_part != 0) tag(b, wi, Role::ExpertWgrad, &op);
+    b.join(wi);
+    ip.bwd_flops += fl * op.bwd_weight_factor;
+  }
+  if (overlapped >= 0 && gathered != overlapped) b.join(overlapped);
+}
+
+void LayerBuilder::emit_backward_comm(const Op& op, const std::string& bl, ProgramBuilder& b, int count) {
+  switch (op.comm) {
+    case Comm::TpGather:  // gradient of a gather: reduce-scatter (SP) or all-reduce
+      if (spec_.tp > 1) {
+        // Megatron launches it asynchronously right after the data gradient and computes
+        // the weight gradient meanwhile: it does not wait for the pending weight gradient,
+        // the step after it waits for both.
+        const int wgrad = b.pending;
+        b.pending = -1;
+        b.chained(collective(GroupKind::Tp, spec_.sequence_parallel ? Collective::ReduceScatter : Collective::AllReduce,
+                             op.bytes_per_token * tok_.Tc, kTpComm, Stream::Tp, bl, count));
+        b.pending = wgrad;
+      }
+      break;
+    case Comm::TpScatter:  // gradient of a reduce-scatter: all-gather (SP); identity otherwise
+      if (spec_.tp > 1 && spec_.sequence_parallel)
+        emit_tp(b, Collective::AllGather, op.bytes_per_token * tok_.Tc, bl, count, true);
+      break;
+    case Comm::TpReduceSmall: break;
+    case Comm::EpDispatch:
+    case Comm::EpCombine: {
+      const bool grad_of_dispatch = op.comm == Comm::EpDispatch;  // flows back like a combine
+      const double bytes = op.bytes_per_token * tok_.Tseq;
+      const double dedup =
+          alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
+      if (spec_.etp > 1 && grad_of_dispatch)
+        b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
+                             bl + ".etp", count));
+      b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, bl, count, dedup));
+      tag(b, b.chain, grad_of_dispatch ? Role::FromExperts : Role::ToExperts, &op);
+      if (spec_.etp > 1 && !grad_of_dispatch)
+        b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
+                             bl + ".etp", count));
+      break;
+    }
+    case Comm::None: break;
+  }
+}
+
+void LayerBuilder::emit_tp(ProgramBuilder& b, Collective kind, double bytes, const std::string& label, int count,
+                           bool before_gemm) {
+  Step c = collective(GroupKind::Tp, kind, bytes, kTpComm, Stream::Tp, label, count);
+  if (c.duration == 0) return;
+  if (!spec_.tp_comm_overlap) {
+    b.chained(c);
+    return;
+  }
+  if (before_gemm) {
+    // Gather chunks stream into the GEMM that consumes them: the GEMM does not wait for the
+    // whole gather; whatever follows the GEMM waits for both.
+    b.overlap_next = b.add(c, b.chain, -1);
+  } else {
+    // Reduce-scatter of the GEMM's output chunks as they are produced: starts with the GEMM.
+    b.join(b.add(c, b.prev_chain, -1));
+  }
+}
+
+void LayerBuilder::emit_attention(const Op& op, const std::string& label, ProgramBuilder& b, bool backward,
+                                  sim::Category cat, ItemProgram& ip, int count) {
+  const double heads = op.heads / spec_.tp;
+  const double sq = static_cast<double>(ctx_.seq_length) / spec_.cp;
+  double skv = static_cast<double>(ctx_.seq_length);
+  bool causal = op.causal;
+  if (op.window > 0 && op.window < skv) {
+    skv = op.window;
+    causal = false;  // banded: each query sees about `window` keys
+  }
+  const double bh = static_cast<double>(spec_.mbs) * heads;
+  const std::string lbl = backward ? label + ".bwd" : label;
+  const int before = b.chain;
+  // Context parallelism: K/V blocks travel around the CP ring while blocks are computed (and
+  // their gradients travel back in backward).
+  int ring = -1;
+  if (spec_.cp > 1) {
+    const double kv_heads =
+        (ctx_.model.attention == models::AttentionKind::MLA ? op.heads : ctx_.model.kv_heads) / static_cast<double>(spec_.tp);
+    const double block = spec_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
+    Step c = collective(GroupKind::Cp, Collective::AllGather, (backward ? 2 : 1) * block * spec_.cp, kCpComm, Stream::Cp,
+                        lbl + ".kv_ring", count);
+    if (c.duration > 0) ring = b.add(c, before, -1);
+  }
+  if (op.attention_kernel == models::AttentionKernel::Flash) {
+    const double fwd_fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+    const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
+    const Seconds t =
+        ctx_.cm.attention(bh, sq, skv, op.d_qk, op.d_v, causal, backward ? op.bwd_data_factor : 0.0, ctx_.precision);
+    b.chained(compute(cat, t, fl, lbl));
+    if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
+    (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
+  } else {
+    emit_unfused_attention(op, lbl, b, backward, cat, ip, bh, sq, skv);
+  }
+  b.join(ring);
+}
+
+void LayerBuilder::emit_unfused_attention(const Op& op, const std::string& lbl, ProgramBuilder& b, bool backward,
+                                          sim::Category cat, ItemProgram& ip, double bh, double sq, double skv) {
+  // Unfused (Megatron before flash attention): batched GEMMs over the full s x s scores, a
+  // fused scale-mask-softmax and dropout that stream the scores through HBM. Attention math
+  // runs in 16-bit even in FP8 recipes (Transformer Engine keeps it in BF16).
+  const models::Precision ap = ctx_.precision == models::Precision::FP8 ? models::Precision::BF16 : ctx_.precision;
+  const double elems = bh * sq * skv;
+  const double drop = op.attention_dropout > 0 ? 1.0 : 0.0;
+  double fl = 0;
+  auto gemm = [&](double m, double n, double k, const char* name) {
+    fl += 2.0 * m * n * k * bh;
+    b.chained(compute(cat, ctx_.cm.gemm(m, n, k, ap, bh), 2.0 * m * n * k * bh, lbl + name));
+  };
+  auto stream = [&](double bytes_per_elem, const char* name) {
+    b.chained(compute(cat, ctx_.cm.memory_bound(Bytes{elems * bytes_per_elem}), 0.0, lbl + name));
+  };
+  if (!backward) {
+    gemm(sq, skv, op.d_qk, ".qk");
+    stream(4.0, ".softmax");                 // read scores, write probabilities
+    if (drop > 0) stream(5.0, ".dropout");   // read, write, 1-byte mask
+    gemm(sq, op.d_v, skv, ".av");
+  } else {
+    gemm(sq, skv, op.d_v, ".dp");            // dP = dO V^T
+    gemm(skv, op.d_v, sq, ".dv");            // dV = P^T dO
+    if (drop > 0) stream(5.0, ".dropout");
+    stream(6.0, ".softmax");                 // read P and dP, write dS
+    gemm(sq, op.d_qk, skv, ".dq");           // dQ = dS K
+    gemm(skv, op.d_qk, sq, ".dk");           // dK = dS^T Q
+  }
+  (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
+}
+
+void LayerBuilder::find_shared_branch(const models::Program& prog) {
+  // Shared-expert overlap (Megatron --moe-shared-expert-overlap, MindSpeed
+  // --moe-alltoall-overlap-comm): the shared expert branches off before the dispatch
+  // all-to-all and is issued right after it, so it computes while the tokens travel; its
+  // backward is issued right after the combine's backward all-to-all. Both rejoin the layer.
+  shared_.assign(prog.ops.size(), false);
+  dispatch_ = combine_ = unpermute_ = -1;
+  if (spec_.shared_expert_overlap && current_moe_layer_ >= 0) {
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      shared_[i] = op.name.rfind("shared_", 0) == 0;
+      if (op.kind == OpKind::Comm && op.comm == models::Comm::EpDispatch) dispatch_ = static_cast<int>(i);
+      if (op.kind == OpKind::Comm && op.comm == models::Comm::EpCombine) combine_ = static_cast<int>(i);
+      if (op.name.find("unpermute") != std::string::npos) unpermute_ = static_cast<int>(i);
+    }
+    if (dispatch_ < 0 || combine_ < 0 || unpermute_ < 0) std::fill(shared_.begin(), shared_.end(), false);
+  }
+  branch_ = std::find(shared_.begin(), shared_.end(), true) != shared_.end();
+}
+
+int LayerBuilder::shared_branch(const models::Program& prog, const std::string& pre, ProgramBuilder& b, int from,
+                                bool backward, ItemProgram& ip, int count) {
+  const int main_chain = b.chain, main_pending = b.pending;
+  b.chain = from;
+  b.pending = -1;
+  if (!backward) {
+    for (std::size_t i = 0; i < prog.ops.size(); ++i)
+      if (shared_[i]) emit_forward_op(prog.ops[i], pre, b, false, ip, count);
+  } else {
+    for (std::size_t i = prog.ops.size(); i-- > 0;)
+      if (shared_[i]) emit_backward_op(prog.ops[i], pre, b, ip, count);
+  }
+  b.flush_overlap();
+  int end = b.chain;
+  if (b.pending >= 0) {
+    Step j;
+    j.label = labels_.label(pre + "shared_end");
+    end = b.add(j, b.chain, b.pending);
+  }
+  b.chain = main_chain;
+  b.pending = main_pending;
+  return end;
+}
+
+void LayerBuilder::build_forward(const models::Program& prog, const std::string& pre, ItemProgram& ip, int count) {
+  ProgramBuilder b{ip.fwd};
+  int before_dispatch = -1, shared_end = -1;
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+    if (shared_[i]) continue;
+    if (branch_ && static_cast<int>(i) == dispatch_) {
+      b.flush_overlap();
+      before_dispatch = b.chain;
+    }
+    emit_forward_op(prog.ops[i], pre, b, false, ip, count);
+    if (branch_ && static_cast<int>(i) == dispatch_) shared_end = shared_branch(prog, pre, b, before_dispatch, false, ip, count);
+    if (branch_ && static_cast<int>(i) == unpermute_) b.join(shared_end);
+  }
+  b.finish(labels_, pre + "end");
+}
+
+void LayerBuilder::build_backward(const models::Program& prog, const std::string& pre, ItemProgram& ip, bool full,
+                                  std::uint32_t modules, int count) {
+  // Re-run what recomputation dropped, then the gradients in reverse.
+  ProgramBuilder b{ip.bwd};
+  for (const Op& op : prog.ops) {
+    const bool rerun = full || (op.rerun_tag & modules) != 0;
+    if (rerun) emit_forward_op(op, pre, b, true, ip, count);
+  }
+  b.flush_overlap();
+  int grad_out = -1, shared_end = -1;
+  for (std::size_t i = prog.ops.size(); i-- > 0;) {
+    if (shared_[i]) continue;
+    if (branch_ && static_cast<int>(i) == unpermute_) {
+      b.flush_overlap();
+      grad_out = b.chain;  // the layer's output gradient, which the shared expert also takes
+    }
+    emit_backward_op(prog.ops[i], pre, b, ip, count);
+    if (branch_ && static_cast<int>(i) == combine_) shared_end = shared_branch(prog, pre, b, grad_out, true, ip, count);
+    if (branch_ && static_cast<int>(i) == dispatch_) b.join(shared_end);
+  }
+  b.finish(labels_, pre + "end");  // a last weight gradient: the item ends when it is done
+}
+
+void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, bool decoder, bool full_recompute,
+                                  int uniform_group) const {
+  // Activations kept for backward and the largest working buffer.
+  const std::uint32_t modules = spec_.recompute_modules;
+  for (const Op& op : prog.ops) {
+    const double bytes = op.saved_bytes * saved_tokens(op);
+    ip.act_bytes_full += bytes;
+    const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);
+    if (!dropped) ip.act_bytes += bytes;
+    if (op.kind == OpKind::Attention && op.attention_kernel == models::AttentionKernel::Unfused) {
+      // The s x s probabilities (2 bytes), and with dropout its mask (1) and output (2), per
+      // head: Korthikanti et al.'s 5as^2b. Recomputing core attention drops them.
+      const double seq = static_cast<double>(ctx_.seq_length);
+      const double scores = spec_.mbs * (op.heads / spec_.tp) * (seq / spec_.cp) * seq;
+      const double sb = scores * (op.attention_dropout > 0 ? 5.0 : 2.0);
+      ip.act_bytes_full += sb;
+      const bool gone = full_recompute || (modules & models::recompute::kCoreAttn) != 0;
+      if (!gone) ip.act_bytes += sb;
+      ip.transient = std::max(ip.transient, 2.0 * scores * 2.0);
+    }
+    double out_bytes = 0;
+    if (op.kind == OpKind::Gemm) {
+      const GemmShape g = gemm_shape(op);
+      out_bytes = g.m * g.n * g.batch * models::kActivationBytes;
+    }
+    if (op.name.find("cross_entropy") != std::string::npos) out_bytes = op.bytes_per_token * tok_.Tc / spec_.tp;
+    ip.transient = std::max(ip.transient, 2.0 * out_bytes);
+    // Parameters held by one rank.
+    double params = op.params;
+    if (op.shares_embedding && spec_.single_stage) params = 0;  // the same tensor as the embedding
+    if (op.region == Region::Expert) {
+      ip.params_expert += params / spec_.ep / (op.split != Split::None ? spec_.etp : 1);
+    } else if ((op.region == Region::Tensor && op.split != Split::None) || op.is_embedding) {
+      ip.params_dense += params / spec_.tp;
+    } else {
+      ip.params_dense += params;
+    }
+  }
+  if (decoder && full_recompute) {
+    // Only the layer input is kept (one per group of `uniform_group` layers).
+    ip.act_bytes =
+        static_cast<double>(ctx_.model.hidden) * models::kActivationBytes * tok_.Tseq / std::max(1, uniform_group);
+    ip.transient = std::max(ip.transient, ip.act_bytes_full);
+  }
+}
+
+ItemProgram LayerBuilder::build(const models::PipelineItem& item, bool full_recompute, int uniform_group,
+                                int mb_count) {
+  ItemProgram ip;
+  const models::Program& prog = ctx_.workload.programs[item.program];
+  const std::string pre = item_prefix(item);
+  current_moe_layer_ = moe_ordinal(ctx_.model, item);
+  const bool decoder = item.kind == models::ItemKind::Decoder || item.kind == models::ItemKind::Mtp;
+  find_shared_branch(prog);
+  build_forward(prog, pre, ip, mb_count);
+  // Recomputation (full, or the selected modules) applies to decoder layers only.
+  build_backward(prog, pre, ip, full_recompute && decoder, decoder ? spec_.recompute_modules : 0u, mb_count);
+  account_memory(prog, ip, decoder, full_recompute, uniform_group);
+  for (const Step& st : ip.fwd.steps) ip.fwd_seconds += to_seconds(st.duration).value();
+  for (const Step& st : ip.bwd.steps) ip.bwd_seconds += to_seconds(st.duration).value();
+  return ip;
+}
+
+}  // namespace moesim::strategies::lowering

@@ -1,0 +1,58 @@
+#include "moesim/strategies/lower/memory.hpp"
+
+#include <algorithm>
+
+namespace moesim::strategies {
+
+MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision, double reserved_bytes,
+                             const StageMemoryInput& in) {
+  MemoryBreakdown mem;
+  const double params = in.params_dense + in.params_expert;
+  mem.weights = params * weight_bytes_per_param(precision);
+  mem.gradients = params * kMainGradBytesPerParam;
+  mem.optimizer = kAdamStateBytesPerParam * optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
+  if (p.swap_optimizer) {
+    // Optimizer states live in host memory; one gradient bucket's states are on the device
+    // at a time while the step streams through them.
+    const double resident = std::min(mem.optimizer, kAdamStateBytesPerParam * kGradientBucketParams);
+    mem.swapped += mem.optimizer - resident;
+    mem.optimizer = resident;
+  }
+  // Swapping: a fraction of every chunk's saved activations waits in host memory between its
+  // forward and its backward; one chunk's worth is back on the device (prefetched) at a time.
+  const double f = p.swap_activations;
+  const double act_swapped = f > 0 ? std::max(0.0, f * (in.peak_activations - in.largest_chunk_activations)) : 0.0;
+  mem.swapped += act_swapped;
+  mem.activations = in.peak_activations - act_swapped;
+  mem.activations_unoptimised = in.peak_activations_unoptimised;
+  mem.peak_inflight = in.peak_inflight;
+  mem.transient = in.transient_bytes;
+  mem.reserved = reserved_bytes;
+  return mem;
+}
+
+InflightPeak walk_inflight(const StageOrder& order, const std::vector<double>& chunk_act,
+                           const std::vector<double>& chunk_act_full, Phase frees) {
+  InflightPeak peak;
+  double cur = 0, cur_full = 0;
+  int alive = 0;
+  for (const PipeOp& op : order) {
+    if (op.phase == Phase::Forward) {
+      cur += chunk_act[op.chunk];
+      cur_full += chunk_act_full[op.chunk];
+      ++alive;
+    } else if (op.phase == frees) {
+      cur -= chunk_act[op.chunk];
+      cur_full -= chunk_act_full[op.chunk];
+      --alive;
+    }
+    if (cur > peak.activations) {
+      peak.activations = cur;
+      peak.chunks = alive;
+    }
+    peak.activations_unoptimised = std::max(peak.activations_unoptimised, cur_full);
+  }
+  return peak;
+}
+
+}  // namespace moesim::strategies

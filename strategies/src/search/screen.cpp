@@ -1,0 +1,319 @@
+// The search screen. A plan's layers are built by the lowering's LayerBuilder and timed alone
+// (streams in order), stages are summed, the pipeline is the slowest stage times the
+// micro-batches plus the schedule's fill and drain (schedule registry), the data-parallel
+// traffic is exposed beyond the backward (or forward) it overlaps, and memory comes from the
+// one stage memory model with the registry's closed-form in-flight count.
+
+#include "moesim/strategies/search/screen.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <compare>
+#include <map>
+
+#include "lower/layer.hpp"
+#include "lower/network.hpp"
+#include "lower/partition.hpp"
+#include "lower/program.hpp"
+#include "moesim/strategies/lower/memory.hpp"
+
+namespace moesim::strategies {
+
+using lowering::GroupKind;
+using lowering::ItemProgram;
+using lowering::LayerBuilder;
+using lowering::LayerSpec;
+using lowering::Layout;
+using lowering::StageNetwork;
+using lowering::Step;
+using topologies::Collective;
+
+namespace {
+
+/// Everything a pipeline item's programs depend on: the plan's LayerSpec (all a LayerBuilder
+/// may read of the plan) and the item's own program and recomputation. Derived, not listed.
+struct ItemKey {
+  LayerSpec spec;
+  int program = 0;
+  models::ItemKind kind = models::ItemKind::Decoder;
+  bool moe = false;
+  bool full_recompute = false;
+  int uniform_group = 1;
+  auto operator<=>(const ItemKey&) const = default;
+};
+
+/// One item's programs timed alone.
+struct ItemCost {
+  double fwd_s = 0, bwd_s = 0;            ///< the layer's programs timed alone
+  double fwd_compute_s = 0, bwd_compute_s = 0;
+  double wgrad_s = 0;                     ///< weight-gradient GEMMs of the backward
+  std::array<double, kNumCats> comm_s{};  ///< communication durations by category (fwd + bwd)
+  double act_bytes = 0, transient = 0, params_dense = 0, params_expert = 0;
+};
+
+/// Per stage, one micro-batch through all its chunks.
+struct StageSums {
+  std::vector<double> F, B, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert;
+  double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
+  std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
+  explicit StageSums(int pp)
+      : F(pp, 0.0), B(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
+        transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0) {}
+};
+
+}  // namespace
+
+struct EstimatorCache {
+  explicit EstimatorCache(const Scenario& s, const models::Workload& w)
+      : cm(s.cluster.device),
+        ctx{s.model, w, cm, s.training.precision, s.training.seq_length, s.training.documents.packed},
+        labels(category_names()) {}
+  models::ComputeModel cm;
+  lowering::LayerContext ctx;
+  sim::TaskGraphBuilder labels;  ///< step labels (unused by the screen, interned by the builder)
+  topologies::AnalyticalCollectives network;
+  ShapeCache shapes;
+  std::map<ItemKey, ItemCost> items;
+};
+
+namespace {
+
+/// One plan's estimate: the stages of the screen in order.
+class Screen {
+ public:
+  Screen(const Scenario& s, const Plan& p, const topologies::Topology& topo, const models::Workload& w,
+         EstimatorCache& cache)
+      : s_(s),
+        p_(p),
+        topo_(topo),
+        w_(w),
+        cache_(cache),
+        lay_(Layout::of(p, s.model.is_moe())),
+        spec_(LayerSpec::of(p, lay_)),
+        net_(topo, lay_, cache.network, &cache.shapes, p.alltoall, s.model.top_k),
+        layers_(cache.ctx, spec_, net_, cache.labels) {
+    net_.set_stage(0);
+    group_ = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_num_layers) : 1;
+  }
+  PlanEstimate run();
+
+ private:
+  const ItemCost& cost_of(int item_idx, bool full);
+  std::vector<int> partition();
+  StageSums stage_sums(const std::vector<int>& counts);
+  double peak_memory(const StageSums& ss) const;
+  double dp_exposed(const StageSums& ss) const;
+  void bottleneck(PlanEstimate& e, const StageSums& ss) const;
+
+  const Scenario& s_;
+  const Plan& p_;
+  const topologies::Topology& topo_;
+  const models::Workload& w_;
+  EstimatorCache& cache_;
+  Layout lay_;
+  LayerSpec spec_;
+  StageNetwork net_;
+  LayerBuilder layers_;
+  int group_ = 1;
+};
+
+const ItemCost& Screen::cost_of(int item_idx, bool full) {
+  const auto& item = w_.items[item_idx];
+  const ItemKey key{spec_, item.program, item.kind, lowering::moe_ordinal(s_.model, item) >= 0, full, group_};
+  auto it = cache_.items.find(key);
+  if (it != cache_.items.end()) return it->second;
+  const ItemProgram ip = layers_.build(item, full, group_, 0);
+  const Tick launch = to_ticks(Seconds{s_.simulation.launch_overhead});
+  const bool fused = s_.simulation.fused_vector_ops;
+  ItemCost c;
+  c.fwd_s = lowering::time_alone(ip.fwd, launch, fused, lay_.ep, c.fwd_compute_s, c.comm_s);
+  c.bwd_s = lowering::time_alone(ip.bwd, launch, fused, lay_.ep, c.bwd_compute_s, c.comm_s);
+  for (const Step& st : ip.bwd.steps)
+    if (st.wgrad) c.wgrad_s += to_seconds(st.duration).value();
+  c.act_bytes = ip.act_bytes;
+  c.transient = ip.transient;
+  c.params_dense = ip.params_dense;
+  c.params_expert = ip.params_expert;
+  return cache_.items.emplace(key, c).first->second;
+}
+
+/// The water-filling start of the automatic partition, on layer costs.
+std::vector<int> Screen::partition() {
+  std::vector<double> layer_cost;
+  double first_extra = 0, last_extra = 0;
+  for (std::size_t i = 0; i < w_.items.size(); ++i) {
+    const auto& item = w_.items[i];
+    const ItemCost& c = cost_of(static_cast<int>(i), p_.recompute == Recompute::Full);
+    if (item.kind == models::ItemKind::Decoder) layer_cost.push_back(c.fwd_s + c.bwd_s);
+    else if (item.kind == models::ItemKind::Embedding) first_extra += c.fwd_s + c.bwd_s;
+    else last_extra += c.fwd_s + c.bwd_s;
+  }
+  return lowering::partition_layers(p_, layer_cost, first_extra, last_extra, false);
+}
+
+StageSums Screen::stage_sums(const std::vector<int>& counts) {
+  const int pp = p_.pp, V = p_.virtual_stages();
+  const bool full_all = p_.recompute == Recompute::Full && p_.recompute_method == RecomputeMethod::Uniform;
+  StageSums ss(pp);
+  const std::vector<std::vector<int>> vs_items = lowering::virtual_stage_items(p_, counts, w_.items.size());
+  for (int v = 0; v < V; ++v) {
+    const int st = stage_of_virtual(p_.schedule, pp, v);
+    double act = 0;
+    int pos = 0;
+    for (int idx : vs_items[v]) {
+      bool full = p_.recompute == Recompute::Full;
+      if (w_.items[idx].kind == models::ItemKind::Decoder && p_.recompute == Recompute::Full && !full_all)
+        full = pos++ < p_.recompute_num_layers;
+      const ItemCost& c = cost_of(idx, full);
+      ss.F[st] += c.fwd_s;
+      ss.B[st] += c.bwd_s;
+      ss.compute[st] += c.fwd_compute_s + c.bwd_compute_s;
+      ss.wgrad[st] += c.wgrad_s;
+      act += c.act_bytes;
+      ss.transient[st] = std::max(ss.transient[st], c.transient);
+      ss.params_dense[st] += c.params_dense;
+      ss.params_expert[st] += c.params_expert;
+      if (st == 0) {
+        ss.compute_total += c.fwd_compute_s + c.bwd_compute_s;
+        ss.comm_total += (c.fwd_s + c.bwd_s) - (c.fwd_compute_s + c.bwd_compute_s);
+        for (int k = 0; k < kNumCats; ++k) ss.comm_cat[k] += c.comm_s[k];
+      }
+    }
+    ss.act_chunk_max[st] = std::max(ss.act_chunk_max[st], act);
+    ss.act_sum[st] += act;
+  }
+  return ss;
+}
+
+/// The worst stage under the one memory model, with the schedule's closed-form in-flight count.
+double Screen::peak_memory(const StageSums& ss) const {
+  const ScheduleTraits& sched = schedule_traits(p_.schedule);
+  double peak = 0;
+  for (int st = 0; st < p_.pp; ++st) {
+    StageMemoryInput in;
+    in.params_dense = ss.params_dense[st];
+    in.params_expert = ss.params_expert[st];
+    in.peak_inflight = sched.inflight(p_.pp, p_.vpp, p_.num_microbatches, st);
+    in.peak_activations = in.peak_inflight * (ss.act_sum[st] / p_.vpp);
+    in.largest_chunk_activations = ss.act_chunk_max[st];
+    in.transient_bytes = ss.transient[st];
+    const MemoryBreakdown mem =
+        stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
+    peak = std::max(peak, mem.total());
+  }
+  return peak;
+}
+
+/// Data-parallel traffic and how much of it the last backward / first forward hides.
+double Screen::dp_exposed(const StageSums& ss) const {
+  const double gb = p_.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam;
+  auto coll = [&](GroupKind g, Collective c, double bytes) {
+    const topologies::GroupShape& sh = net_.shape(g);
+    if (sh.size <= 1 || bytes <= 0) return 0.0;
+    const double buckets = std::max(1.0, std::ceil(bytes / gb / kGradientBucketParams));
+    const topologies::GroupPlacement where{&sh, {}, {}, 1};
+    return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
+  };
+  const Collective red = p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce;
+  double exposed = 0;
+  for (int st = 0; st < p_.pp; ++st) {
+    const double pd = ss.params_dense[st], pe = ss.params_expert[st];
+    const double rs = coll(GroupKind::Dp, red, pd * gb) + coll(GroupKind::Edp, red, pe * gb);
+    const double ag = p_.distributed_optimizer ? coll(GroupKind::Dp, Collective::AllGather, pd * 2.0) +
+                                                     coll(GroupKind::Edp, Collective::AllGather, pe * 2.0)
+                                               : 0.0;
+    const double rs_exp = p_.overlap_grad_reduce ? std::max(0.0, rs - ss.B[st] / p_.vpp) : rs;
+    const double ag_exp = p_.overlap_param_gather ? std::max(0.0, ag - ss.F[st] / p_.vpp) : ag;
+    exposed = std::max(exposed, rs_exp + ag_exp);
+  }
+  return exposed;
+}
+
+/// Where the time goes, for the "main bottleneck" column: the largest non-compute part.
+void Screen::bottleneck(PlanEstimate& e, const StageSums& ss) const {
+  double worst = e.compute_s;
+  e.bottleneck = "compute";
+  auto consider = [&](double v, const char* name) {
+    if (v > worst) {
+      worst = v;
+      e.bottleneck = name;
+    }
+  };
+  if (e.exposed_comm_s > 0) {
+    int best_cat = kTpComm;
+    for (int k = kTpComm; k <= kDpComm; ++k)
+      if (ss.comm_cat[k] > ss.comm_cat[best_cat]) best_cat = k;
+    consider(e.exposed_comm_s, best_cat == kEpComm ? "ep_comm" : best_cat == kCpComm ? "cp_comm" : "tp_comm");
+  }
+  consider(e.bubble_s, "bubble");
+  consider(e.dp_exposed_s, "dp_comm");
+}
+
+PlanEstimate Screen::run() {
+  PlanEstimate e;
+  const int m = p_.num_microbatches, pp = p_.pp;
+  const StageSums ss = stage_sums(partition());
+  e.capacity_bytes = s_.cluster.device.hbm_capacity.value();
+  e.peak_memory_bytes = peak_memory(ss);
+  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+
+  // Pipeline: the slowest stage for every micro-batch, plus the schedule's fill and drain.
+  const ScheduleTraits& sched = schedule_traits(p_.schedule);
+  PipelineCosts pc;
+  pc.pp = pp;
+  pc.vpp = p_.vpp;
+  int slow = 0;
+  for (int st = 0; st < pp; ++st) {
+    const double t = ss.F[st] + ss.B[st];
+    if (t > pc.t_max) {
+      pc.t_max = t;
+      slow = st;
+    }
+    pc.t_sum += t;
+  }
+  double p2p = 0;
+  if (pp > 1) {
+    const double tseq = lowering::Tokens::of(p_, s_.training.seq_length, lay_.etp).Tseq;
+    const double bytes = static_cast<double>(s_.model.hidden) * models::kActivationBytes * tseq;
+    p2p = topologies::p2p_time(bytes, topo_.route(0, lay_.block)).value();
+  }
+  double wsum = 0;
+  for (int st = 0; st < pp; ++st) wsum += ss.wgrad[st];
+  pc.w_share = pc.t_sum > 0 ? wsum / pc.t_sum : 0.0;
+  pc.pair = std::max(ss.compute[slow], pc.t_max - ss.compute[slow]);
+  pc.b_slow = ss.B[slow];
+  pc.w_slow = ss.wgrad[slow];
+  // DualPipe runs each micro-batch on one of a device's two stages; paired passes (DualPipe(V)'s
+  // F&B pairs, moe_fb_overlap) cost their compute or their communication, whichever is longer.
+  const double half = sched.bidirectional ? 0.5 : 1.0;
+  const bool paired = sched.pairs_forward_backward || p_.fb_overlap;
+  const double t_steady = paired ? half * pc.pair : half * pc.t_max;
+  const double pipe = m * t_steady + sched.fill(pc) + 2.0 * (pp - 1) * p2p;
+
+  e.dp_exposed_s = dp_exposed(ss);
+  const double shard = optimizer_shard_params(p_, lay_.edp, ss.params_dense[slow], ss.params_expert[slow]);
+  const double opt = cache_.cm.memory_bound(Bytes{kOptimizerStepBytesPerParam * shard}).value();
+  e.step_s = pipe + e.dp_exposed_s + opt;
+  e.tokens_per_s = s_.training.tokens_per_step() / e.step_s;
+  e.mfu = w_.model_flops_per_token * e.tokens_per_s /
+          (static_cast<double>(s_.cluster.devices) * s_.cluster.device.mfu_peak(s_.training.precision).value());
+  const double per_mb = ss.F[0] + ss.B[0];
+  const double frac_comm = per_mb > 0 ? ss.comm_total / per_mb : 0.0;
+  e.compute_s = m * half * pc.t_max * (1.0 - frac_comm);
+  e.exposed_comm_s = std::max(0.0, m * t_steady - e.compute_s);
+  e.bubble_s = pipe - m * t_steady;
+  bottleneck(e, ss);
+  return e;
+}
+
+}  // namespace
+
+Estimator::Estimator(const Scenario& base, const topologies::Topology& topo, const models::Workload& w)
+    : base_(base), topo_(topo), w_(w), cache_(std::make_unique<EstimatorCache>(base, w)) {}
+
+Estimator::~Estimator() = default;
+
+PlanEstimate Estimator::estimate(const Plan& plan) { return Screen(base_, plan, topo_, w_, *cache_).run(); }
+
+}  // namespace moesim::strategies
