@@ -392,19 +392,19 @@ std::vector<ScheduleProblem> check_dualpipe(int pp, int, int m) {
   return out;
 }
 
-//                         kind                       name              splitW bidir  V      pairs  auto   chunks plan_vpp
+// kind, name, splits W, bidirectional, V-shaped, pairs F&B, follows costs, automatic, chunks, plan vpp, ...
 constexpr ScheduleTraits kTable[] = {
-    {ScheduleKind::OneFOneB,     "1f1b",             false, false, false, false, true,  1, 1, generate_1f1b,
+    {ScheduleKind::OneFOneB,     "1f1b",             false, false, false, false, false, true,  1, 1, generate_1f1b,
      inflight_interleaved_or_1f1b, fill_1f1b, no_constraints},
-    {ScheduleKind::Interleaved,  "interleaved_1f1b", false, false, false, false, true,  0, 0, generate_interleaved,
+    {ScheduleKind::Interleaved,  "interleaved_1f1b", false, false, false, false, false, true,  0, 0, generate_interleaved,
      inflight_interleaved_or_1f1b, fill_1f1b, check_interleaved},
-    {ScheduleKind::ZeroBubbleH1, "zb_h1",            true,  false, false, false, false, 1, 1, generate_zb_h1,
+    {ScheduleKind::ZeroBubbleH1, "zb_h1",            true,  false, false, false, true, false, 1, 1, generate_zb_h1,
      inflight_zb_h1, fill_zb_h1, no_constraints},
-    {ScheduleKind::ZeroBubbleV,  "zb_v",             true,  false, true,  false, false, 2, 2, generate_zb_v,
+    {ScheduleKind::ZeroBubbleV,  "zb_v",             true,  false, true,  false, true, false, 2, 2, generate_zb_v,
      inflight_v, fill_zb_v, no_constraints},
-    {ScheduleKind::DualPipeV,    "dualpipev",        true,  false, true,  true,  false, 2, 2, generate_dualpipe_v,
+    {ScheduleKind::DualPipeV,    "dualpipev",        true,  false, true,  true, false,  false, 2, 2, generate_dualpipe_v,
      inflight_v, fill_dualpipe_v, check_dualpipe_v},
-    {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true,  false, 1, 2, generate_dualpipe,
+    {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true, false,  false, 1, 2, generate_dualpipe,
      inflight_dualpipe, fill_dualpipe, check_dualpipe},
 };
 

@@ -82,6 +82,9 @@ struct ScheduleTraits {
   /// A backward followed by the forward of another micro-batch runs as one overlapped F&B
   /// pair by construction (otherwise only with moe_fb_overlap).
   bool pairs_forward_backward;
+  /// A list schedule that follows the passes' durations (zero-bubble): its generated orders,
+  /// and so its in-flight peak, depend on the costs; the closed form below is an estimate.
+  bool follows_costs;
   /// Covered by the search's "auto" schedule (1F1B, or interleaved with vpp > 1): such plans
   /// carry no schedule suffix in their search keys.
   bool automatic;
@@ -94,7 +97,8 @@ struct ScheduleTraits {
   /// Per-stage orders for `pp` stages, `vpp` chunks and `m` micro-batches.
   std::vector<StageOrder> (*generate)(int pp, int vpp, int m, const StageCosts& costs);
   /// Micro-batch chunks alive at stage `stage`'s activation peak, in closed form (the screen's
-  /// memory; tests/test_strategies.cpp checks it against the generated orders).
+  /// memory; tests/test_house.cpp checks it against the generated orders: exact unless
+  /// follows_costs — e.g. the 718B's ZB-V peaks at 37 chunks on stage 1 where it says 33).
   int (*inflight)(int pp, int vpp, int m, int stage);
   /// Fill and drain of the pipeline beyond m x the slowest stage (the screen's step time).
   double (*fill)(const PipelineCosts& c);
