@@ -67,10 +67,11 @@ std::uint32_t parse_recompute_modules(const nlohmann::json& v, const std::string
   return bits;
 }
 
-void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p, TrainingSpec& t, Diagnostics& diag) {
-  ObjectReader r(j, ptr, diag);
-  if (!r.valid()) return;
-  constexpr std::int64_t kMax = 1 << 20;
+/// Largest parallel size, layer count or micro-batch size the parallelism section takes.
+constexpr std::int64_t kMax = 1 << 20;
+
+/// Parallel sizes.
+void parse_sizes(ObjectReader& r, Plan& p) {
   p.tp = static_cast<int>(r.integer({"tensor_model_parallel_size", "tp"}, 1, 1, kMax));
   p.pp = static_cast<int>(r.integer({"pipeline_model_parallel_size", "pp"}, 1, 1, kMax));
   p.vpp = static_cast<int>(r.integer({"virtual_pipeline_model_parallel_size", "vpp"}, 1, 1, kMax));
@@ -83,6 +84,10 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.cp = static_cast<int>(r.integer({"context_parallel_size", "cp"}, 1, 1, kMax));
   p.dp = static_cast<int>(r.integer({"data_parallel_size", "dp"}, 0, 1, kMax));
   p.mbs = static_cast<int>(r.integer({"micro_batch_size", "mbs"}, 1, 1, kMax));
+}
+
+/// Optimizer, overlap and swap switches.
+void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.sequence_parallel = r.boolean({"sequence_parallel"}, false);
   p.distributed_optimizer = r.boolean({"use_distributed_optimizer"}, false);
   p.moe_tp_extend_ep = r.boolean({"moe_tp_extend_ep"}, false);
@@ -98,6 +103,10 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
   if (p.tp_comm_overlap && !p.sequence_parallel)
     diag.error(r.child_pointer("tp_comm_overlap"), "true", "requires sequence_parallel=true (as in Megatron-core)");
+}
+
+/// Recomputation: granularity, method, layers, modules.
+void parse_recompute(ObjectReader& r, Plan& p, Diagnostics& diag) {
   {
     const nlohmann::json* g = r.get({"recompute_granularity"});
     if (g != nullptr && !g->is_null()) {
@@ -118,11 +127,10 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   } else {
     p.recompute_modules = models::recompute::kCoreAttn;  // Megatron's default selective module
   }
-  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical", "allgather"});
-  p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
-               : a2a == "allgather"  ? AllToAllAlgo::AllGather
-                                     : AllToAllAlgo::Flat;
-  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev", "dualpipe"});
+}
+
+/// Pipeline layer partition: "auto", "even" (with first/last stage counts), or explicit.
+void parse_layer_partition(ObjectReader& r, Plan& p, Diagnostics& diag) {
   if (const auto* part = r.get({"pipeline_layer_partition"})) {
     if (part->is_string()) {
       const std::string s = part->get<std::string>();
@@ -147,35 +155,52 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.last_stage_layers = static_cast<int>(r.integer({"decoder_last_pipeline_num_layers"}, -1, 0, kMax));
   p.noop_layers = static_cast<int>(r.integer({"noop_layers"}, 0, 0, kMax));
   if ((p.first_stage_layers >= 0 || p.last_stage_layers >= 0) && p.partition == "auto") p.partition = "even";
+}
+
+/// A pipeline schedule given by name, against the plan's vpp.
+void apply_schedule(ObjectReader& r, const std::string& sched, Plan& p, Diagnostics& diag) {
+  if (sched == "1f1b" && p.vpp > 1)
+    diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
+  if (sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
+  if (sched == "zb_v" || sched == "dualpipev") {
+    p.schedule = sched == "zb_v" ? ScheduleKind::ZeroBubbleV : ScheduleKind::DualPipeV;
+    if (p.vpp != 2)
+      diag.error(r.child_pointer("pipeline_schedule"), "\"" + sched + "\"",
+                 "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
+                     std::to_string(p.vpp) + ")");
+  }
+  if (sched == "dualpipe") {
+    p.schedule = ScheduleKind::DualPipe;
+    if (p.vpp != 1)
+      diag.error(r.child_pointer("pipeline_schedule"), "\"dualpipe\"",
+                 "cuts the model into pipeline_model_parallel_size stages and holds two of them per device (one per "
+                 "direction): needs virtual_pipeline_model_parallel_size 1 (got " + std::to_string(p.vpp) + ")");
+    p.vpp = 2;  // the device's two chunks: its stage for each direction
+  }
+  if (sched == "zb_h1") {
+    p.schedule = ScheduleKind::ZeroBubbleH1;
+    if (p.vpp > 1)
+      diag.error(r.child_pointer("pipeline_schedule"), "\"zb_h1\"",
+                 "runs one model chunk per stage: needs virtual_pipeline_model_parallel_size 1 (got " +
+                     std::to_string(p.vpp) + ")");
+  }
+}
+
+void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p, TrainingSpec& t, Diagnostics& diag) {
+  ObjectReader r(j, ptr, diag);
+  if (!r.valid()) return;
+  parse_sizes(r, p);
+  parse_switches(r, p, diag);
+  parse_recompute(r, p, diag);
+  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical", "allgather"});
+  p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
+               : a2a == "allgather"  ? AllToAllAlgo::AllGather
+                                     : AllToAllAlgo::Flat;
+  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev", "dualpipe"});
+  parse_layer_partition(r, p, diag);
   // A micro-batch size given in the training section is the same Megatron argument.
   (void)t;
-  if (sched) {
-    if (*sched == "1f1b" && p.vpp > 1)
-      diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
-    if (*sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
-    if (*sched == "zb_v" || *sched == "dualpipev") {
-      p.schedule = *sched == "zb_v" ? ScheduleKind::ZeroBubbleV : ScheduleKind::DualPipeV;
-      if (p.vpp != 2)
-        diag.error(r.child_pointer("pipeline_schedule"), "\"" + *sched + "\"",
-                   "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
-                       std::to_string(p.vpp) + ")");
-    }
-    if (*sched == "dualpipe") {
-      p.schedule = ScheduleKind::DualPipe;
-      if (p.vpp != 1)
-        diag.error(r.child_pointer("pipeline_schedule"), "\"dualpipe\"",
-                   "cuts the model into pipeline_model_parallel_size stages and holds two of them per device (one per "
-                   "direction): needs virtual_pipeline_model_parallel_size 1 (got " + std::to_string(p.vpp) + ")");
-      p.vpp = 2;  // the device's two chunks: its stage for each direction
-    }
-    if (*sched == "zb_h1") {
-      p.schedule = ScheduleKind::ZeroBubbleH1;
-      if (p.vpp > 1)
-        diag.error(r.child_pointer("pipeline_schedule"), "\"zb_h1\"",
-                   "runs one model chunk per stage: needs virtual_pipeline_model_parallel_size 1 (got " +
-                       std::to_string(p.vpp) + ")");
-    }
-  }
+  if (sched) apply_schedule(r, *sched, p, diag);
   r.ignore({"megatron_args"});
   r.finish();
 }
@@ -205,129 +230,48 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
 
 }  // namespace
 
-void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann::json& training, const std::string& pointer,
-                         Diagnostics& diag) {
-  std::istringstream in(args);
-  std::vector<std::string> tokens;
-  for (std::string t; in >> t;) tokens.push_back(t);
-  // Arguments that do not change performance (optimiser hyper-parameters, data, logging).
-  static const char* kIgnored[] = {
-      "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-warmup-fraction", "lr-decay-iters", "train-iters",
-      "train-samples", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "init-method-std",
-      "seed", "save", "load", "data-path", "split", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file",
-      "log-interval", "save-interval", "eval-interval", "eval-iters", "tensorboard-dir", "distributed-backend",
-      "num-workers", "no-load-optim", "no-load-rng", "attention-dropout", "hidden-dropout", "norm-epsilon",
-      "rotary-base", "use-mcore-models", "transformer-impl", "use-flash-attn", "use-fused-rmsnorm",
-      "use-fused-swiglu", "use-fused-rotary-pos-emb", "no-masked-softmax-fusion", "position-embedding-type",
-      "normalization", "swiglu", "disable-bias-linear", "untie-embeddings-and-output-weights",
-      "make-vocab-size-divisible-by", "max-position-embeddings", "moe-router-topk-scaling-factor",
-      "moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-grouped-gemm", "moe-token-dispatcher-type",
-      "moe-permute-fusion", "moe-router-dtype", "use-rotary-position-embeddings", "no-gradient-accumulation-fusion",
-      "exit-interval", "log-throughput", "timing-log-level", "ckpt-format", "mock-data", "no-create-attention-mask-in-dataloader"};
-  auto ignored = [](const std::string& k) {
-    for (const char* i : kIgnored)
-      if (k == i) return true;
-    return false;
-  };
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const std::string& tok = tokens[i];
-    if (tok.rfind("--", 0) != 0) {
-      diag.error(pointer, "\"" + tok + "\"", "is not an argument (expected --name [value])");
-      continue;
-    }
-    std::string name = tok.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    } else if (i + 1 < tokens.size() && tokens[i + 1].rfind("--", 0) != 0) {
-      value = tokens[++i];
-      has_value = true;
-    }
-    std::string key = name;
-    std::replace(key.begin(), key.end(), '-', '_');
-    auto as_json = [&](const std::string& v) {
-      nlohmann::json x = nlohmann::json::parse(v, nullptr, false);
-      return x.is_discarded() ? nlohmann::json(v) : x;
-    };
-    if (key == "bf16" || key == "fp16") {
-      training["precision"] = key;
-    } else if (key == "fp8_format" || key == "fp8") {
-      training["precision"] = "fp8";
-    } else if (key == "seq_length") {
-      training["seq_length"] = as_json(value);
-    } else if (key == "global_batch_size") {
-      training["global_batch_size"] = as_json(value);
-    } else if (key == "num_layers" || key == "hidden_size" || key == "num_attention_heads" || key == "ffn_hidden_size" ||
-               key == "num_experts" || key == "moe_router_topk") {
-      // Model shape belongs to the model section; accept it when it agrees, ignore otherwise.
-      continue;
-    } else if (key == "recompute_activations") {
-      par["recompute_granularity"] = "selective";
-    } else if (key == "noop_layers") {
-      int n = 1;
-      for (char c : value) n += c == ',';
-      par["noop_layers"] = n;
-    } else if (ignored(name) || (name.rfind("no-", 0) == 0 && ignored(name.substr(3)))) {
-      continue;
-    } else if (key == "tensor_model_parallel_size" || key == "pipeline_model_parallel_size" ||
-               key == "virtual_pipeline_model_parallel_size" || key == "num_layers_per_virtual_pipeline_stage" ||
-               key == "expert_model_parallel_size" || key == "expert_tensor_parallel_size" ||
-               key == "context_parallel_size" || key == "micro_batch_size" || key == "recompute_granularity" ||
-               key == "recompute_method" || key == "recompute_num_layers" || key == "decoder_first_pipeline_num_layers" ||
-               key == "decoder_last_pipeline_num_layers") {
-      if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
-      else par[key] = as_json(value);
-    } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
-               key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
-               key == "moe_fb_overlap" || key == "moe_shared_expert_overlap" || key == "moe_alltoall_overlap_comm" ||
-               key == "swap_optimizer" ||
-               key == "grad_reduce_in_bf16") {
-      par[key] = has_value ? as_json(value) : nlohmann::json(true);
-    } else if (key == "recompute_modules") {
-      nlohmann::json mods = nlohmann::json::array();
-      mods.push_back(value);
-      while (i + 1 < tokens.size() && tokens[i + 1].rfind("--", 0) != 0) mods.push_back(tokens[++i]);
-      par[key] = mods;
-    } else if (key == "moe_hierarchical_alltoallv") {  // MindSpeed: EP all-gather + TP all-to-all(v)
-      par["moe_alltoall"] = "allgather";
-    } else {
-      diag.error(pointer, "\"" + tok + "\"",
-                 "is not a Megatron/MindSpeed argument moesim understands; give it as a parallelism key or drop it");
-    }
-  }
-}
-
 namespace {
+
 struct Problem {
   std::string pointer, value, constraint;
 };
-}  // namespace
 
-bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
-                Diagnostics* diag) {
-  // Messages are built only when there is somewhere to put them: a search checks many plans.
-  const std::string P = "/parallelism";
-  bool ok = true;
-  auto fail = [&](auto&& make) {
-    ok = false;
-    if (diag != nullptr) {
+/// The problems of a plan: any makes it invalid. Messages are built only when there is
+/// somewhere to put them: a search checks many plans.
+class PlanChecker {
+ public:
+  explicit PlanChecker(Diagnostics* diag) : diag_(diag) {}
+
+  /// A problem; `make()` gives its message.
+  template <class Make>
+  void fail(Make&& make) {
+    ok_ = false;
+    if (diag_ != nullptr) {
       Problem pr = make();
-      diag->error(std::move(pr.pointer), std::move(pr.value), std::move(pr.constraint));
+      diag_->error(std::move(pr.pointer), std::move(pr.value), std::move(pr.constraint));
     }
-  };
-  auto keyed = [&](const std::string& key, double v, std::string constraint) {
+  }
+  /// A problem with a parallelism key and its value.
+  [[nodiscard]] Problem keyed(const std::string& key, double v, std::string constraint) const {
     return Problem{P + "/" + key, dstr(v), std::move(constraint)};
-  };
-  if (m.num_layers <= 0 || c.devices <= 0) return false;  // already reported
+  }
+  [[nodiscard]] bool ok() const { return ok_; }
+
+  const std::string P = "/parallelism";
+
+ private:
+  Diagnostics* diag_;
+  bool ok_ = true;
+};
+
+/// The virtual pipeline size (from layers per virtual stage) and the schedule it implies.
+void resolve_vpp(Plan& p, const models::ModelSpec& m, PlanChecker& ck) {
   // Virtual pipeline size from layers per virtual stage.
   if (p.vpp < 0) {
     const int lps = -p.vpp;
     const int total = m.num_layers + p.noop_layers;
     if (total % (p.pp * lps) != 0) {
-      fail([&] { return keyed("num_layers_per_virtual_pipeline_stage", lps,
+      ck.fail([&] { return ck.keyed("num_layers_per_virtual_pipeline_stage", lps,
           "must divide num_layers/pp = " + std::to_string(total) + "/" + std::to_string(p.pp)); });
       p.vpp = 1;
     } else {
@@ -335,103 +279,133 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
     }
   }
   if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1 && !v_shaped(p.schedule)) p.schedule = ScheduleKind::Interleaved;
+}
+
+/// The data-parallel size from the devices; returns whether it is known (tp x pp x cp divides).
+bool resolve_dp(Plan& p, const topologies::ClusterSpec& c, PlanChecker& ck) {
+  const std::string& P = ck.P;
   const long long model_par = 1LL * p.tp * p.pp * p.cp;
   const bool dp_known = c.devices % model_par == 0;
   if (!dp_known) {
-    fail([&] { return Problem{P, "", "tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) + " x " +
-                          std::to_string(p.cp) + " = " + std::to_string(model_par) + " must divide the " +
+    ck.fail([&] { return Problem{P, "", "tp x pp x cp = " + std::to_string(p.tp) + " x " + std::to_string(p.pp) +
+                          " x " + std::to_string(p.cp) + " = " + std::to_string(model_par) + " must divide the " +
                           std::to_string(c.devices) + " devices (/cluster/devices)"}; });
   } else {
     const int dp = static_cast<int>(c.devices / model_par);
     if (p.dp != 0 && p.dp != dp)
-      fail([&] { return keyed("data_parallel_size", p.dp,
+      ck.fail([&] { return ck.keyed("data_parallel_size", p.dp,
           "must equal devices / (tp x pp x cp) = " + std::to_string(c.devices) + " / " + std::to_string(model_par) + " = " +
               std::to_string(dp)); });
     p.dp = dp;
   }
   if (p.dp <= 0) p.dp = 1;
-  if (m.heads % p.tp != 0) fail([&] { return keyed("tensor_model_parallel_size", p.tp, "must divide num_attention_heads=" + std::to_string(m.heads)); });
+  return dp_known;
+}
+
+/// Tensor parallelism against the heads and FFN, sequence parallelism, the sequence length.
+void check_tensor_parallel(const Plan& p, const TrainingSpec& t, const models::ModelSpec& m, PlanChecker& ck) {
+  const std::string& P = ck.P;
+  if (m.heads % p.tp != 0) ck.fail([&] { return ck.keyed("tensor_model_parallel_size", p.tp, "must divide num_attention_heads=" + std::to_string(m.heads)); });
   if (m.attention == models::AttentionKind::GQA && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    fail([&] { return keyed("tensor_model_parallel_size", p.tp,
+    ck.fail([&] { return ck.keyed("tensor_model_parallel_size", p.tp,
         "must divide num_key_value_heads=" + std::to_string(m.kv_heads) + " (or be a multiple of it)"); });
   if (m.num_dense_layers() > 0 && m.ffn_hidden % p.tp != 0)
-    fail([&] { return keyed("tensor_model_parallel_size", p.tp, "must divide intermediate_size=" + std::to_string(m.ffn_hidden)); });
+    ck.fail([&] { return ck.keyed("tensor_model_parallel_size", p.tp, "must divide intermediate_size=" + std::to_string(m.ffn_hidden)); });
   if (p.tp > 1 && !p.sequence_parallel && m.is_moe())
-    fail([&] { return Problem{P + "/sequence_parallel", "false", "must be true for MoE models with tp > 1 (Megatron requires it)"}; });
+    ck.fail([&] { return Problem{P + "/sequence_parallel", "false", "must be true for MoE models with tp > 1 (Megatron requires it)"}; });
   const long long seq_div = 1LL * (p.sequence_parallel ? p.tp : 1) * p.cp * (p.cp > 1 ? 2 : 1);
   if (t.seq_length % seq_div != 0)
-    fail([&] { return Problem{"/training/seq_length", std::to_string(t.seq_length),
+    ck.fail([&] { return Problem{"/training/seq_length", std::to_string(t.seq_length),
                "must be divisible by " + std::string(p.sequence_parallel ? "tp x " : "") + "cp" +
                    (p.cp > 1 ? " x 2 (load-balanced context parallelism)" : "") + " = " + std::to_string(seq_div)}; });
+}
+
+/// Expert parallelism against the experts and the devices (a dense model has none).
+void check_expert_parallel(const Plan& p, const models::ModelSpec& m, bool dp_known, PlanChecker& ck) {
   if (m.is_moe()) {
     const int ep = p.ep_size();
     const int etp = p.etp_size();
     if (m.num_experts % ep != 0)
-      fail([&] { return keyed("expert_model_parallel_size", p.ep,
+      ck.fail([&] { return ck.keyed("expert_model_parallel_size", p.ep,
           "gives " + std::to_string(ep) + " expert-parallel ranks" + (p.moe_tp_extend_ep ? " (ep x tp with moe_tp_extend_ep)" : "") +
               ", which must divide num_experts=" + std::to_string(m.num_experts)); });
     if (m.expert_ffn_hidden % etp != 0) {
       if (p.etp == 0)
-        fail([&] { return keyed("tensor_model_parallel_size", p.tp,
+        ck.fail([&] { return ck.keyed("tensor_model_parallel_size", p.tp,
             "is also the expert tensor-parallel size by default (Megatron), and must divide the expert FFN width " +
                 std::to_string(m.expert_ffn_hidden) + "; set expert_tensor_parallel_size or moe_tp_extend_ep"); });
       else
-        fail([&] { return keyed("expert_tensor_parallel_size", etp, "must divide the expert FFN width " + std::to_string(m.expert_ffn_hidden)); });
+        ck.fail([&] { return ck.keyed("expert_tensor_parallel_size", etp, "must divide the expert FFN width " + std::to_string(m.expert_ffn_hidden)); });
     }
     const long long block = 1LL * p.tp * p.cp * p.dp;
     if (dp_known && block % (1LL * ep * etp) != 0)
-      fail([&] { return keyed("expert_model_parallel_size", p.ep,
+      ck.fail([&] { return ck.keyed("expert_model_parallel_size", p.ep,
           "ep x etp = " + std::to_string(1LL * ep * etp) + " must divide tp x cp x dp = " + std::to_string(block)); });
     if (p.moe_tp_extend_ep && p.etp != 0 && p.etp != 1)
-      fail([&] { return keyed("expert_tensor_parallel_size", p.etp, "must be 1 (or absent) with moe_tp_extend_ep"); });
+      ck.fail([&] {
+        return ck.keyed("expert_tensor_parallel_size", p.etp, "must be 1 (or absent) with moe_tp_extend_ep");
+      });
   } else if (p.ep != 1) {
-    fail([&] { return keyed("expert_model_parallel_size", p.ep, "must be 1 for a dense model"); });
+    ck.fail([&] { return ck.keyed("expert_model_parallel_size", p.ep, "must be 1 for a dense model"); });
   }
+}
+
+/// The number of micro-batches per pipeline from the global batch.
+void resolve_microbatches(Plan& p, const TrainingSpec& t, bool dp_known, PlanChecker& ck) {
   const long long per_step = 1LL * p.mbs * p.dp;
   if (!dp_known) {
     p.num_microbatches = 1;
   } else if (t.global_batch_size % per_step != 0) {
-    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+    ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "must be a multiple of micro_batch_size x dp = " + std::to_string(p.mbs) + " x " + std::to_string(p.dp) +
                    " = " + std::to_string(per_step)}; });
   } else {
     p.num_microbatches = static_cast<int>(t.global_batch_size / per_step);
   }
   if (p.num_microbatches <= 0) p.num_microbatches = 1;
-  if (p.vpp > 1 && p.pp == 1) fail([&] { return keyed("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1"); });
+}
+
+/// The schedule's needs: a pipeline for vpp > 1, micro-batch counts for dualpipe(v) and interleaving.
+void check_schedule(const Plan& p, const TrainingSpec& t, PlanChecker& ck) {
+  if (p.vpp > 1 && p.pp == 1) ck.fail([&] { return ck.keyed("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1"); });
   // DeepSeek's DualPipeV takes at least two micro-batches per device (dualpipev.py: num_chunks
   // >= num_ranks * 2); the V schedules are list schedules otherwise free of divisibility rules.
   if (p.schedule == ScheduleKind::DualPipeV && p.num_microbatches < 2 * p.pp)
-    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+    ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) + " micro-batches per pipeline; dualpipev needs at least 2 x pp = " +
                    std::to_string(2 * p.pp)}; });
   // DeepSeek's dualpipe.py: an even number of ranks and of micro-batches, at least 2 x ranks.
   if (p.schedule == ScheduleKind::DualPipe) {
     if (p.pp % 2 != 0)
-      fail([&] { return keyed("pipeline_model_parallel_size", p.pp, "must be even for dualpipe (devices pair up as mirror stages)"); });
+      ck.fail([&] { return ck.keyed("pipeline_model_parallel_size", p.pp, "must be even for dualpipe (devices pair up as mirror stages)"); });
     if (p.num_microbatches % 2 != 0 || p.num_microbatches < 2 * p.pp)
-      fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+      ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                  "gives " + std::to_string(p.num_microbatches) +
                      " micro-batches per pipeline; dualpipe needs an even number (half from each end), at least 2 x pp = " +
                      std::to_string(2 * p.pp)}; });
   }
   if (p.vpp > 1 && p.schedule == ScheduleKind::Interleaved && p.num_microbatches % p.pp != 0)
-    fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
+    ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
                "gives " + std::to_string(p.num_microbatches) +
                    " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp)}; });
-  // Layer partition over virtual stages.
+}
+
+/// Layer partition over virtual stages.
+void check_partition(const Plan& p, const models::ModelSpec& m, PlanChecker& ck) {
+  const std::string& P = ck.P;
   const int vs = bidirectional(p.schedule) ? p.pp : p.pp * p.vpp;  // DualPipe: stages, each held twice
   const int slots = m.num_layers + p.noop_layers;
   if (p.partition == "explicit") {
     if (static_cast<int>(p.layers_per_stage.size()) != vs) {
-      fail([&] { return Problem{P + "/pipeline_layer_partition", std::to_string(p.layers_per_stage.size()) + " entries",
+      ck.fail([&] { return Problem{P + "/pipeline_layer_partition",
+                 std::to_string(p.layers_per_stage.size()) + " entries",
                  std::string(bidirectional(p.schedule) ? "must have pp = " : "must have pp x vpp = ") + std::to_string(vs) +
                      " entries"}; });
     } else {
       int sum = 0;
       for (int x : p.layers_per_stage) sum += x;
       if (sum != m.num_layers)
-        fail([&] { return Problem{P + "/pipeline_layer_partition", "sum " + std::to_string(sum),
+        ck.fail([&] { return Problem{P + "/pipeline_layer_partition", "sum " + std::to_string(sum),
                    "must add up to num_hidden_layers=" + std::to_string(m.num_layers)}; });
     }
   } else if (p.partition == "even") {
@@ -446,7 +420,7 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
       --stages;
     }
     if (stages <= 0 || rest < 0 || rest % stages != 0)
-      fail([&] { return Problem{P, "", "an even split of " + std::to_string(slots) + " layers (" + std::to_string(m.num_layers) +
+      ck.fail([&] { return Problem{P, "", "an even split of " + std::to_string(slots) + " layers (" + std::to_string(m.num_layers) +
                             " + " + std::to_string(p.noop_layers) + " noop) over pp x vpp = " + std::to_string(vs) +
                             " virtual stages does not divide" +
                             (p.first_stage_layers >= 0 || p.last_stage_layers >= 0 ? " after the first/last stage counts" : "") +
@@ -454,11 +428,26 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
   } else if (slots + 2 < vs) {
     // The automatic partition may leave the first and last virtual stages with only the
     // embedding or the loss (Megatron's account_for_embedding/loss_in_pipeline_split).
-    fail([&] { return Problem{P + "/pipeline_model_parallel_size", std::to_string(p.pp),
+    ck.fail([&] { return Problem{P + "/pipeline_model_parallel_size", std::to_string(p.pp),
                "x vpp=" + std::to_string(p.vpp) + " gives " + std::to_string(vs) + " virtual stages, more than the " +
                    std::to_string(m.num_layers) + " layers plus the embedding and loss stages"}; });
   }
-  return ok;
+}
+
+}  // namespace
+
+bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
+                Diagnostics* diag) {
+  PlanChecker ck(diag);
+  if (m.num_layers <= 0 || c.devices <= 0) return false;  // already reported
+  resolve_vpp(p, m, ck);
+  const bool dp_known = resolve_dp(p, c, ck);
+  check_tensor_parallel(p, t, m, ck);
+  check_expert_parallel(p, m, dp_known, ck);
+  resolve_microbatches(p, t, dp_known, ck);
+  check_schedule(p, t, ck);
+  check_partition(p, m, ck);
+  return ck.ok();
 }
 
 void validate_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c,
@@ -470,14 +459,10 @@ bool plan_is_valid(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, c
   return check_plan(p, t, m, c, nullptr);
 }
 
-Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir) {
-  Scenario s;
-  s.file = file;
-  s.document = doc;
-  Diagnostics diag(file);
-  ObjectReader root(doc, "", diag);
-  if (!root.valid()) diag.throw_if_any();
+namespace {
 
+/// The model and the cluster.
+void load_model_and_cluster(ObjectReader& root, const std::string& base_dir, Scenario& s, Diagnostics& diag) {
   // Model.
   if (const auto* m = root.get({"model"})) {
     s.model = models::load_model(*m, "/model", diag, base_dir);
@@ -488,9 +473,10 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   // Cluster.
   if (const auto* c = root.get({"cluster"})) s.cluster = topologies::load_cluster(*c, "/cluster", diag);
   else diag.error("/cluster", "", "is required ({\"preset\": \"atlas-800t-a2\", \"devices\": 6144})");
+}
 
-  nlohmann::json par = doc.contains("parallelism") ? doc["parallelism"] : nlohmann::json::object();
-  nlohmann::json training = doc.contains("training") ? doc["training"] : nlohmann::json::object();
+/// The parallelism section's megatron_args, merged into `par` and `training`.
+void merge_megatron_args(nlohmann::json& par, nlohmann::json& training, Diagnostics& diag) {
   if (par.is_object() && par.contains("megatron_args")) {
     if (!par["megatron_args"].is_string()) {
       diag.error("/parallelism/megatron_args", json_brief(par["megatron_args"]), "must be a string of command-line arguments");
@@ -506,57 +492,61 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
           if (!training.contains(it.key())) training[it.key()] = it.value();
     }
   }
-  root.has({"parallelism"});
-  if (root.has({"training"})) parse_training(training, "/training", s.training, diag);
-  else diag.error("/training", "", "is required ({\"seq_length\", \"global_batch_size\", \"precision\"})");
-  parse_parallelism(par, "/parallelism", s.plan, s.training, diag);
+}
 
-  if (const auto* moe = root.get({"moe"})) {
-    ObjectReader r(*moe, "/moe", diag);
-    models::parse_routing(r, s.routing, base_dir, s.model);
-    const std::string placement = r.string({"placement"}, "static", {"static", "rebalanced"});
-    s.placement.rebalance = placement == "rebalanced";
-    if (const auto* rb = r.get({"rebalance"})) {
-      ObjectReader q(*rb, "/moe/rebalance", diag);
-      s.placement.ema = q.number({"ema"}, 0.9, 0.0, 0.999);
-      s.placement.threshold = q.number({"threshold"}, 0.08, 0.0, 10.0);
-      s.placement.interval_steps = static_cast<int>(q.integer({"interval_steps"}, 50, 1, 1 << 20));
-      s.placement.redundant_experts = static_cast<int>(q.integer({"redundant_experts"}, 0, 0, 1 << 16));
-      q.finish();
-    }
-    if (const auto* map = r.get({"expert_map"})) {
-      const std::string ptr = "/moe/expert_map";
-      const int ep = s.plan.ep_size(), E = s.model.num_experts;
-      if (!s.model.is_moe()) {
-        diag.error(ptr, json_brief(*map), "needs a mixture-of-experts model");
-      } else if (!map->is_array() || static_cast<int>(map->size()) != E) {
-        diag.error(ptr, map->is_array() ? std::to_string(map->size()) + " experts" : json_brief(*map),
-                   "must list the expert-parallel rank(s) of each of the model's " + std::to_string(E) + " experts");
-      } else {
-        for (int e = 0; e < E; ++e) {
-          const auto& x = (*map)[static_cast<std::size_t>(e)];
-          const std::string ep_ptr = ptr + "/" + std::to_string(e);
-          std::vector<nlohmann::json> ranks = x.is_array() ? x.get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{x};
-          std::vector<int> where;
-          if (ranks.empty()) diag.error(ep_ptr, "[]", "leaves expert " + std::to_string(e) + " on no rank; give at least one");
-          for (const auto& v : ranks) {
-            if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= ep) {
-              diag.error(ep_ptr, json_brief(v), "must be an expert-parallel rank in 0.." + std::to_string(ep - 1) +
-                                                    " (the plan's expert-parallel size is " + std::to_string(ep) + ")");
-              continue;
-            }
-            const int rank = static_cast<int>(v.get<long long>());
-            if (std::find(where.begin(), where.end(), rank) != where.end())
-              diag.error(ep_ptr, json_brief(v), "lists the same rank twice");
-            else
-              where.push_back(rank);
-          }
-          s.placement.expert_map.push_back(std::move(where));
+/// moe.expert_map: the expert-parallel rank(s) of each expert.
+void parse_expert_map(const nlohmann::json& map, Scenario& s, Diagnostics& diag) {
+  const std::string ptr = "/moe/expert_map";
+  const int ep = s.plan.ep_size(), E = s.model.num_experts;
+  if (!s.model.is_moe()) {
+    diag.error(ptr, json_brief(map), "needs a mixture-of-experts model");
+  } else if (!map.is_array() || static_cast<int>(map.size()) != E) {
+    diag.error(ptr, map.is_array() ? std::to_string(map.size()) + " experts" : json_brief(map),
+               "must list the expert-parallel rank(s) of each of the model's " + std::to_string(E) + " experts");
+  } else {
+    for (int e = 0; e < E; ++e) {
+      const auto& x = map[static_cast<std::size_t>(e)];
+      const std::string ep_ptr = ptr + "/" + std::to_string(e);
+      std::vector<nlohmann::json> ranks = x.is_array() ? x.get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{x};
+      std::vector<int> where;
+      if (ranks.empty()) diag.error(ep_ptr, "[]", "leaves expert " + std::to_string(e) + " on no rank; give at least one");
+      for (const auto& v : ranks) {
+        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= ep) {
+          diag.error(ep_ptr, json_brief(v), "must be an expert-parallel rank in 0.." + std::to_string(ep - 1) +
+                                                " (the plan's expert-parallel size is " + std::to_string(ep) + ")");
+          continue;
         }
+        const int rank = static_cast<int>(v.get<long long>());
+        if (std::find(where.begin(), where.end(), rank) != where.end())
+          diag.error(ep_ptr, json_brief(v), "lists the same rank twice");
+        else
+          where.push_back(rank);
       }
+      s.placement.expert_map.push_back(std::move(where));
     }
-    r.finish();
   }
+}
+
+/// The moe section: routing, placement and rebalancing, the expert map.
+void parse_moe(const nlohmann::json& moe, const std::string& base_dir, Scenario& s, Diagnostics& diag) {
+  ObjectReader r(moe, "/moe", diag);
+  models::parse_routing(r, s.routing, base_dir, s.model);
+  const std::string placement = r.string({"placement"}, "static", {"static", "rebalanced"});
+  s.placement.rebalance = placement == "rebalanced";
+  if (const auto* rb = r.get({"rebalance"})) {
+    ObjectReader q(*rb, "/moe/rebalance", diag);
+    s.placement.ema = q.number({"ema"}, 0.9, 0.0, 0.999);
+    s.placement.threshold = q.number({"threshold"}, 0.08, 0.0, 10.0);
+    s.placement.interval_steps = static_cast<int>(q.integer({"interval_steps"}, 50, 1, 1 << 20));
+    s.placement.redundant_experts = static_cast<int>(q.integer({"redundant_experts"}, 0, 0, 1 << 16));
+    q.finish();
+  }
+  if (const auto* map = r.get({"expert_map"})) parse_expert_map(*map, s, diag);
+  r.finish();
+}
+
+/// The simulation section.
+void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
   // Host dispatch follows the device's calibrated host time per operator unless the scenario
   // sets it (e.g. "0us" for a run captured in CUDA graphs).
   s.simulation.launch_overhead = s.cluster.device.host_op_time.value();
@@ -579,10 +569,10 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     }
     r.finish();
   }
-  s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
-  root.has({"search"});  // read by parse_search_space when searching
-  root.ignore({"description", "name", "_comment", "_source"});
-  root.finish();
+}
+
+/// Swapping needs the device-host bandwidth, fp8 the device's FP8 peak.
+void check_device_support(const Scenario& s, Diagnostics& diag) {
   if ((s.plan.swap_activations > 0 || s.plan.swap_optimizer) && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
     diag.error(s.plan.swap_activations > 0 ? "/parallelism/swap_activations" : "/parallelism/swap_optimizer",
                s.plan.swap_activations > 0 ? std::to_string(s.plan.swap_activations) : "true",
@@ -590,6 +580,35 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
                    " does not give");
   if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())
     diag.error("/training/precision", "\"fp8\"", "is not supported by device " + s.cluster.device.name + " (no FP8 peak in its preset)");
+}
+
+}  // namespace
+
+Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir) {
+  Scenario s;
+  s.file = file;
+  s.document = doc;
+  Diagnostics diag(file);
+  ObjectReader root(doc, "", diag);
+  if (!root.valid()) diag.throw_if_any();
+
+  load_model_and_cluster(root, base_dir, s, diag);
+
+  nlohmann::json par = doc.contains("parallelism") ? doc["parallelism"] : nlohmann::json::object();
+  nlohmann::json training = doc.contains("training") ? doc["training"] : nlohmann::json::object();
+  merge_megatron_args(par, training, diag);
+  root.has({"parallelism"});
+  if (root.has({"training"})) parse_training(training, "/training", s.training, diag);
+  else diag.error("/training", "", "is required ({\"seq_length\", \"global_batch_size\", \"precision\"})");
+  parse_parallelism(par, "/parallelism", s.plan, s.training, diag);
+
+  if (const auto* moe = root.get({"moe"})) parse_moe(*moe, base_dir, s, diag);
+  parse_simulation(root, s, diag);
+  s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
+  root.has({"search"});  // read by parse_search_space when searching
+  root.ignore({"description", "name", "_comment", "_source"});
+  root.finish();
+  check_device_support(s, diag);
   // Divisibility is checked whenever model and cluster were readable, so that every problem
   // is reported in one go.
   if (s.model.num_layers > 0 && s.cluster.devices > 0 && s.model.heads > 0)
