@@ -200,6 +200,10 @@ std::optional<bool> ObjectReader::opt_boolean(Keys names) {
 bool ObjectReader::boolean(Keys names, bool def) { return opt_boolean(names).value_or(def); }
 
 std::optional<std::string> ObjectReader::opt_string(Keys names, std::initializer_list<std::string_view> allowed) {
+  return opt_string(names, std::span<const std::string_view>(allowed.begin(), allowed.size()));
+}
+
+std::optional<std::string> ObjectReader::opt_string(Keys names, std::span<const std::string_view> allowed) {
   const nlohmann::json* v = get(names);
   if (v == nullptr || v->is_null()) return std::nullopt;
   const std::string p = child_pointer(found_key(names));

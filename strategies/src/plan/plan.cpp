@@ -159,31 +159,13 @@ void parse_layer_partition(ObjectReader& r, Plan& p, Diagnostics& diag) {
 
 /// A pipeline schedule given by name, against the plan's vpp.
 void apply_schedule(ObjectReader& r, const std::string& sched, Plan& p, Diagnostics& diag) {
-  if (sched == "1f1b" && p.vpp > 1)
-    diag.error(r.child_pointer("pipeline_schedule"), "\"1f1b\"", "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)");
-  if (sched == "interleaved_1f1b") p.schedule = ScheduleKind::Interleaved;
-  if (sched == "zb_v" || sched == "dualpipev") {
-    p.schedule = sched == "zb_v" ? ScheduleKind::ZeroBubbleV : ScheduleKind::DualPipeV;
-    if (p.vpp != 2)
-      diag.error(r.child_pointer("pipeline_schedule"), "\"" + sched + "\"",
-                 "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
-                     std::to_string(p.vpp) + ")");
-  }
-  if (sched == "dualpipe") {
-    p.schedule = ScheduleKind::DualPipe;
-    if (p.vpp != 1)
-      diag.error(r.child_pointer("pipeline_schedule"), "\"dualpipe\"",
-                 "cuts the model into pipeline_model_parallel_size stages and holds two of them per device (one per "
-                 "direction): needs virtual_pipeline_model_parallel_size 1 (got " + std::to_string(p.vpp) + ")");
-    p.vpp = 2;  // the device's two chunks: its stage for each direction
-  }
-  if (sched == "zb_h1") {
-    p.schedule = ScheduleKind::ZeroBubbleH1;
-    if (p.vpp > 1)
-      diag.error(r.child_pointer("pipeline_schedule"), "\"zb_h1\"",
-                 "runs one model chunk per stage: needs virtual_pipeline_model_parallel_size 1 (got " +
-                     std::to_string(p.vpp) + ")");
-  }
+  const ScheduleTraits* t = find_schedule(sched);
+  if (t == nullptr) return;  // refused by name already
+  if (const std::string why = t->vpp_problem(p.vpp); !why.empty())
+    diag.error(r.child_pointer("pipeline_schedule"), "\"" + sched + "\"", why);
+  p.schedule = t->kind;
+  // DualPipe: the device's two chunks are its stage for each direction.
+  if (t->chunks == 1 && t->plan_vpp > 1) p.vpp = t->plan_vpp;
 }
 
 void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p, TrainingSpec& t, Diagnostics& diag) {
@@ -196,7 +178,7 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
                : a2a == "allgather"  ? AllToAllAlgo::AllGather
                                      : AllToAllAlgo::Flat;
-  const auto sched = r.opt_string({"pipeline_schedule"}, {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipev", "dualpipe"});
+  const auto sched = r.opt_string({"pipeline_schedule"}, schedule_names());
   parse_layer_partition(r, p, diag);
   // A micro-batch size given in the training section is the same Megatron argument.
   (void)t;
@@ -278,7 +260,8 @@ void resolve_vpp(Plan& p, const models::ModelSpec& m, PlanChecker& ck) {
       p.vpp = total / (p.pp * lps);
     }
   }
-  if (p.vpp > 1 && p.schedule != ScheduleKind::ZeroBubbleH1 && !v_shaped(p.schedule)) p.schedule = ScheduleKind::Interleaved;
+  // With chunks, the automatic schedule is the interleaved one.
+  if (p.vpp > 1 && schedule_traits(p.schedule).automatic) p.schedule = automatic_schedule(p.vpp);
 }
 
 /// The data-parallel size from the devices; returns whether it is known (tp x pp x cp divides).
@@ -368,26 +351,15 @@ void resolve_microbatches(Plan& p, const TrainingSpec& t, bool dp_known, PlanChe
 /// The schedule's needs: a pipeline for vpp > 1, micro-batch counts for dualpipe(v) and interleaving.
 void check_schedule(const Plan& p, const TrainingSpec& t, PlanChecker& ck) {
   if (p.vpp > 1 && p.pp == 1) ck.fail([&] { return ck.keyed("virtual_pipeline_model_parallel_size", p.vpp, "needs pipeline_model_parallel_size > 1"); });
-  // DeepSeek's DualPipeV takes at least two micro-batches per device (dualpipev.py: num_chunks
-  // >= num_ranks * 2); the V schedules are list schedules otherwise free of divisibility rules.
-  if (p.schedule == ScheduleKind::DualPipeV && p.num_microbatches < 2 * p.pp)
-    ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
-               "gives " + std::to_string(p.num_microbatches) + " micro-batches per pipeline; dualpipev needs at least 2 x pp = " +
-                   std::to_string(2 * p.pp)}; });
-  // DeepSeek's dualpipe.py: an even number of ranks and of micro-batches, at least 2 x ranks.
-  if (p.schedule == ScheduleKind::DualPipe) {
-    if (p.pp % 2 != 0)
-      ck.fail([&] { return ck.keyed("pipeline_model_parallel_size", p.pp, "must be even for dualpipe (devices pair up as mirror stages)"); });
-    if (p.num_microbatches % 2 != 0 || p.num_microbatches < 2 * p.pp)
+  // The schedule's own constraints (schedule.cpp's registry).
+  for (const ScheduleProblem& sp : schedule_traits(p.schedule).check(p.pp, p.vpp, p.num_microbatches)) {
+    if (sp.field == "pp") {
+      ck.fail([&] { return ck.keyed("pipeline_model_parallel_size", p.pp, sp.message); });
+    } else {
       ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
-                 "gives " + std::to_string(p.num_microbatches) +
-                     " micro-batches per pipeline; dualpipe needs an even number (half from each end), at least 2 x pp = " +
-                     std::to_string(2 * p.pp)}; });
+                 "gives " + std::to_string(p.num_microbatches) + " micro-batches per pipeline; " + sp.message}; });
+    }
   }
-  if (p.vpp > 1 && p.schedule == ScheduleKind::Interleaved && p.num_microbatches % p.pp != 0)
-    ck.fail([&] { return Problem{"/training/global_batch_size", std::to_string(t.global_batch_size),
-               "gives " + std::to_string(p.num_microbatches) +
-                   " micro-batches per pipeline; the interleaved schedule needs a multiple of pp=" + std::to_string(p.pp)}; });
 }
 
 /// Layer partition over virtual stages.

@@ -392,20 +392,40 @@ std::vector<ScheduleProblem> check_dualpipe(int pp, int, int m) {
   return out;
 }
 
+std::string any_vpp(int) { return ""; }
+std::string vpp_1f1b(int vpp) {
+  return vpp > 1 ? "conflicts with virtual_pipeline_model_parallel_size > 1 (use interleaved_1f1b)" : "";
+}
+std::string vpp_one_chunk(int vpp) {
+  return vpp > 1 ? "runs one model chunk per stage: needs virtual_pipeline_model_parallel_size 1 (got " +
+                       std::to_string(vpp) + ")"
+                 : "";
+}
+std::string vpp_v(int vpp) {
+  return vpp != 2 ? "places two model chunks per stage as a V: needs virtual_pipeline_model_parallel_size 2 (got " +
+                        std::to_string(vpp) + ")"
+                  : "";
+}
+std::string vpp_dualpipe(int vpp) {
+  return vpp != 1 ? "cuts the model into pipeline_model_parallel_size stages and holds two of them per device (one per "
+                    "direction): needs virtual_pipeline_model_parallel_size 1 (got " + std::to_string(vpp) + ")"
+                  : "";
+}
+
 // kind, name, splits W, bidirectional, V-shaped, pairs F&B, follows costs, automatic, chunks, plan vpp, ...
 constexpr ScheduleTraits kTable[] = {
     {ScheduleKind::OneFOneB,     "1f1b",             false, false, false, false, false, true,  1, 1, generate_1f1b,
-     inflight_interleaved_or_1f1b, fill_1f1b, no_constraints},
+     inflight_interleaved_or_1f1b, fill_1f1b, no_constraints, vpp_1f1b},
     {ScheduleKind::Interleaved,  "interleaved_1f1b", false, false, false, false, false, true,  0, 0, generate_interleaved,
-     inflight_interleaved_or_1f1b, fill_1f1b, check_interleaved},
+     inflight_interleaved_or_1f1b, fill_1f1b, check_interleaved, any_vpp},
     {ScheduleKind::ZeroBubbleH1, "zb_h1",            true,  false, false, false, true, false, 1, 1, generate_zb_h1,
-     inflight_zb_h1, fill_zb_h1, no_constraints},
+     inflight_zb_h1, fill_zb_h1, no_constraints, vpp_one_chunk},
     {ScheduleKind::ZeroBubbleV,  "zb_v",             true,  false, true,  false, true, false, 2, 2, generate_zb_v,
-     inflight_v, fill_zb_v, no_constraints},
+     inflight_v, fill_zb_v, no_constraints, vpp_v},
     {ScheduleKind::DualPipeV,    "dualpipev",        true,  false, true,  true, false,  false, 2, 2, generate_dualpipe_v,
-     inflight_v, fill_dualpipe_v, check_dualpipe_v},
+     inflight_v, fill_dualpipe_v, check_dualpipe_v, vpp_v},
     {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true, false,  false, 1, 2, generate_dualpipe,
-     inflight_dualpipe, fill_dualpipe, check_dualpipe},
+     inflight_dualpipe, fill_dualpipe, check_dualpipe, vpp_dualpipe},
 };
 
 static_assert([] {
@@ -417,6 +437,15 @@ static_assert([] {
 }  // namespace
 
 const std::span<const ScheduleTraits> kSchedules{kTable};
+
+std::span<const std::string_view> schedule_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    for (const ScheduleTraits& t : kSchedules) v.emplace_back(t.name);
+    return v;
+  }();
+  return names;
+}
 
 const ScheduleTraits* find_schedule(std::string_view name) {
   for (const ScheduleTraits& t : kSchedules)

@@ -34,7 +34,7 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
      << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "");
-  if (p.schedule != ScheduleKind::OneFOneB && p.schedule != ScheduleKind::Interleaved) os << "-" << schedule_name(p.schedule);
+  if (!schedule_traits(p.schedule).automatic) os << "-" << schedule_name(p.schedule);
   return os.str();
 }
 
@@ -43,7 +43,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
   j["tensor_model_parallel_size"] = p.tp;
   j["pipeline_model_parallel_size"] = p.pp;
   if (p.vpp > 1 && !bidirectional(p.schedule)) j["virtual_pipeline_model_parallel_size"] = p.vpp;
-  if (p.schedule != ScheduleKind::OneFOneB && p.schedule != ScheduleKind::Interleaved)
+  if (!schedule_traits(p.schedule).automatic)
     j["pipeline_schedule"] = schedule_name(p.schedule);
   if (m.is_moe()) {
     j["expert_model_parallel_size"] = p.ep;

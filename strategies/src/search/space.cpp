@@ -202,6 +202,15 @@ void parse_alltoall_axis(const SearchSection& sec, bool moe, SearchSpace& sp) {
 }
 
 // Pipeline schedules: "auto" (absent) or a name or a list of names.
+/// `must be "auto", "1f1b", ... or "dualpipe"`, from the registry.
+std::string schedule_choices() {
+  std::string out = "must be \"auto\"";
+  const auto names = schedule_names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += std::string(i + 1 == names.size() ? " or " : ", ") + "\"" + std::string(names[i]) + "\"";
+  return out;
+}
+
 void parse_schedule_axis(const SearchSection& sec, SearchSpace& sp) {
   ObjectReader& r = sec.r;
   if (const auto* v = r.get({"pipeline_schedule"}); v != nullptr && !(v->is_string() && v->get<std::string>() == "auto")) {
@@ -212,11 +221,10 @@ void parse_schedule_axis(const SearchSection& sec, SearchSpace& sp) {
     for (std::size_t i = 0; i < vals.size(); ++i) {
       int kind = -2;
       if (vals[i] == "auto") kind = -1;
-      for (int k = 0; k <= static_cast<int>(ScheduleKind::DualPipe); ++k)
-        if (vals[i] == schedule_name(static_cast<ScheduleKind>(k))) kind = k;
+      if (vals[i].is_string())
+        if (const ScheduleTraits* t = find_schedule(vals[i].get<std::string>())) kind = static_cast<int>(t->kind);
       if (kind == -2)
-        sec.diag.error(v->is_array() ? ptr + "/" + std::to_string(i) : ptr, json_brief(vals[i]),
-                       "must be \"auto\", \"1f1b\", \"interleaved_1f1b\", \"zb_h1\", \"zb_v\", \"dualpipev\" or \"dualpipe\"");
+        sec.diag.error(v->is_array() ? ptr + "/" + std::to_string(i) : ptr, json_brief(vals[i]), schedule_choices());
       else if (std::find(sp.schedule.begin(), sp.schedule.end(), kind) == sp.schedule.end())
         sp.schedule.push_back(kind);
     }
@@ -427,29 +435,14 @@ bool PlanEnumerator::set_schedule(int sk, Plan& p) const {
   // A schedule runs on its own chunk counts: zb_h1 and dualpipe on vpp 1 (dualpipe then holds
   // two stages per device), zb_v and dualpipev on vpp 2; 1f1b on 1, interleaved on more.
   if (sk < 0) {
-    p.schedule = p.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+    p.schedule = automatic_schedule(p.vpp);
   } else {
-    p.schedule = static_cast<ScheduleKind>(sk);
-    switch (p.schedule) {
-      case ScheduleKind::OneFOneB:
-      case ScheduleKind::ZeroBubbleH1:
-        if (p.vpp != 1) return false;
-        break;
-      case ScheduleKind::Interleaved:
-        if (p.vpp < 2) return false;
-        break;
-      case ScheduleKind::ZeroBubbleV:
-      case ScheduleKind::DualPipeV:
-        if (p.vpp != 2) return false;
-        break;
-      case ScheduleKind::DualPipe:
-        if (p.vpp != 1) return false;
-        p.vpp = 2;
-        break;
-    }
+    const ScheduleTraits& t = schedule_traits(static_cast<ScheduleKind>(sk));
+    p.schedule = t.kind;
+    if (t.chunks == 0 ? p.vpp < 2 : p.vpp != t.chunks) return false;
+    if (t.plan_vpp > 0) p.vpp = t.plan_vpp;
     // "auto" already covers 1f1b and interleaved.
-    if (std::find(space_->schedule.begin(), space_->schedule.end(), -1) != space_->schedule.end() &&
-        (p.schedule == ScheduleKind::OneFOneB || p.schedule == ScheduleKind::Interleaved))
+    if (t.automatic && std::find(space_->schedule.begin(), space_->schedule.end(), -1) != space_->schedule.end())
       return false;
   }
   return true;

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,6 +108,8 @@ class ObjectReader {
   std::optional<bool> opt_boolean(Keys names);
   std::string string(Keys names, std::string def, std::initializer_list<std::string_view> allowed = {});
   std::optional<std::string> opt_string(Keys names, std::initializer_list<std::string_view> allowed = {});
+  /// The same with the allowed values from a table (e.g. a registry's names).
+  std::optional<std::string> opt_string(Keys names, std::span<const std::string_view> allowed);
   /// A quantity with a unit string ("56GB/s"); a bare number is accepted in SI base units.
   std::optional<double> opt_quantity(Keys names, Dimension dim, double min = 0.0);
   double required_quantity(Keys names, Dimension dim, double min = 0.0);

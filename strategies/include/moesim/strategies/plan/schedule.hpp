@@ -104,6 +104,8 @@ struct ScheduleTraits {
   double (*fill)(const PipelineCosts& c);
   /// Problems with a plan of `pp` stages, `vpp` chunks and `m` micro-batches per pipeline.
   std::vector<ScheduleProblem> (*check)(int pp, int vpp, int m);
+  /// Why the scenario's virtual_pipeline_model_parallel_size does not suit the schedule ("": it does).
+  std::string (*vpp_problem)(int vpp);
 };
 
 /// The registry: every schedule, in ScheduleKind order (schedule.cpp).
@@ -112,7 +114,13 @@ extern const std::span<const ScheduleTraits> kSchedules;
 [[nodiscard]] inline const ScheduleTraits& schedule_traits(ScheduleKind k) { return kSchedules[static_cast<std::size_t>(k)]; }
 /// The schedule named `name` (null: no such schedule).
 [[nodiscard]] const ScheduleTraits* find_schedule(std::string_view name);
+/// Every schedule's name, in registry order.
+[[nodiscard]] std::span<const std::string_view> schedule_names();
 
+/// The automatic schedule: 1F1B, interleaved with more than one chunk per stage.
+[[nodiscard]] inline ScheduleKind automatic_schedule(int vpp) {
+  return vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+}
 [[nodiscard]] inline bool splits_weight_gradients(ScheduleKind k) { return schedule_traits(k).splits_weight_gradients; }
 [[nodiscard]] inline bool bidirectional(ScheduleKind k) { return schedule_traits(k).bidirectional; }
 [[nodiscard]] inline bool v_shaped(ScheduleKind k) { return schedule_traits(k).v_shaped; }
