@@ -63,9 +63,9 @@ void report_718b(const std::string& path) {
     const Result r = simulate(s).result;
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     const Breakdown& b = r.breakdown;
-    std::printf("| %s | %.2f | %.2fM | %.1f%% | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f |\n", v.name, r.step_time_s,
-                r.tokens_per_s / 1e6, 100 * r.mfu, b.compute, b.ep_comm, b.bubble, b.imbalance_wait,
-                r.expert_load.max_over_mean, r.expert_load.experts_moved, wall);
+    std::printf("| %s | %.2f | %.2fM | %.1f%% | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f |\n", v.name,
+                r.step_time_s, r.tokens_per_s / 1e6, 100 * r.mfu, b.compute_s, b.ep_comm_s, b.bubble_s,
+                b.imbalance_wait_s, r.expert_load.max_over_mean, r.expert_load.experts_moved, wall);
     std::fflush(stdout);
   }
   std::printf("\n");
@@ -151,7 +151,7 @@ void report_nccl() {
   const double b = 1.0 * (1 << 30);
   const auto a2 = net.alltoall(b, rail, g2, Algorithm::Pairwise);
   std::printf("| per-NIC bandwidth across servers, NDR 400G | 46-48 GB/s | %.1f GB/s |\n",
-              b / 2 / (a2.time.value() - g2.inter_latency) / 1e9);
+              b / 2 / (a2.time.value() - g2.inter_latency_s) / 1e9);
   std::printf("\n");
 }
 

@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
       // against the same schedule without them.
       double act = 0, act_full = 0;
       for (const auto& st : r.stages)
-        if (st.memory.activations > act) {
-          act = st.memory.activations;
-          act_full = st.memory.activations_unoptimised;
+        if (st.memory.activations_bytes > act) {
+          act = st.memory.activations_bytes;
+          act_full = st.memory.activations_unoptimised_bytes;
         }
       const std::string name = file.stem().string();
       const std::string pub = published.contains(name) ? published[name].value("published", "") : "";
@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
       const Breakdown& b = r.breakdown;
       std::printf("| %s | %.1f%% | %.2fM | %s | %.1f%s | %.1f | %.0f%% | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n",
                   name.c_str(), 100 * r.mfu, r.tokens_per_s / 1e6, gain, r.peak_memory_bytes / (1 << 30) / 1.0,
-                  r.memory_fits ? "" : " (does not fit)", act / (1 << 30), act_full > 0 ? 100.0 * (1.0 - act / act_full) : 0.0,
-                  b.ep_comm, b.bubble, b.imbalance_wait, b.swap, r.step_time_s, pub.c_str());
+                  r.memory_fits ? "" : " (does not fit)", act / (1 << 30),
+                  act_full > 0 ? 100.0 * (1.0 - act / act_full) : 0.0, b.ep_comm_s, b.bubble_s, b.imbalance_wait_s,
+                  b.swap_s, r.step_time_s, pub.c_str());
       std::fflush(stdout);
       std::fprintf(stderr, "%s: %.1f s\n", name.c_str(), wall);
       prev = r.tokens_per_s;

@@ -58,8 +58,8 @@ TEST_CASE("end to end: the 718B default scenario is feasible with MFU between 20
   CHECK(r.hfu >= r.mfu);
   check_breakdown_adds_up(r);
   // Pipeline bubble of the interleaved schedule is present and an EP all-to-all is exposed.
-  CHECK(r.breakdown.bubble > 0);
-  CHECK(r.breakdown.ep_comm > 0);
+  CHECK(r.breakdown.bubble_s > 0);
+  CHECK(r.breakdown.ep_comm_s > 0);
   CHECK(r.ranks_simulated == 16);
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("end to end: simulating every rank gives the step time of one rank per
   CHECK(full.ranks_simulated == 32);
   CHECK(balanced.ranks_simulated == 2);
   CHECK(full.step_time_s == Approx(balanced.step_time_s).epsilon(1e-9));
-  CHECK(full.breakdown.bubble == Approx(balanced.breakdown.bubble).epsilon(1e-6));
+  CHECK(full.breakdown.bubble_s == Approx(balanced.breakdown.bubble_s).epsilon(1e-6));
   // The fast fidelity merges tasks; it stays close.
   s.simulation.fidelity = Fidelity::Fast;
   const Result fast = simulate(s).result;
@@ -97,7 +97,7 @@ TEST_CASE("end to end: overlapping gradient reduction hides data-parallel traffi
   const Result overlapped = simulate(s).result;
   s.plan.overlap_grad_reduce = false;
   const Result exposed = simulate(s).result;
-  CHECK(overlapped.breakdown.dp_comm < exposed.breakdown.dp_comm);
+  CHECK(overlapped.breakdown.dp_comm_s < exposed.breakdown.dp_comm_s);
   CHECK(overlapped.step_time_s <= exposed.step_time_s);
 }
 
@@ -106,7 +106,7 @@ TEST_CASE("end to end: recomputation trades time for activation memory", "[e2e][
   const Result none = simulate(s).result;
   s.plan.recompute = Recompute::Full;
   const Result full = simulate(s).result;
-  CHECK(full.stages[0].memory.activations < none.stages[0].memory.activations / 3);
+  CHECK(full.stages[0].memory.activations_bytes < none.stages[0].memory.activations_bytes / 3);
   CHECK(full.step_time_s > none.step_time_s);
   CHECK(full.hfu > full.mfu);
   // Without recomputation HFU exceeds MFU only by the flash-attention backward, which
@@ -143,8 +143,8 @@ TEST_CASE("end to end: Pangu Ultra 135B's bubble falls from 30.45% to 6.8% with 
   const Result plain = simulate(s).result;
   s = from_file("bench/validation/pangu_ultra_135b.json", {"parallelism.virtual_pipeline_model_parallel_size=6"});
   const Result interleaved = simulate(s).result;
-  const double b1 = plain.breakdown.bubble / plain.step_time_s;
-  const double b6 = interleaved.breakdown.bubble / interleaved.step_time_s;
+  const double b1 = plain.breakdown.bubble_s / plain.step_time_s;
+  const double b6 = interleaved.breakdown.bubble_s / interleaved.step_time_s;
   INFO("bubble 1F1B " << b1 << ", interleaved " << b6);
   CHECK(b1 == Approx(0.3045).margin(0.02));
   CHECK(b6 == Approx(0.068).margin(0.015));
@@ -176,13 +176,13 @@ TEST_CASE("end to end: full recomputation adds exactly the decoder layers' forwa
   // The activation-memory saving is reported against the same schedule without recomputation.
   const MemoryBreakdown& a = none.stages[0].memory;
   const MemoryBreakdown& b = full.stages[0].memory;
-  CHECK(a.activations == Approx(a.activations_unoptimised));
-  CHECK(b.activations_unoptimised == Approx(a.activations_unoptimised));
+  CHECK(a.activations_bytes == Approx(a.activations_unoptimised_bytes));
+  CHECK(b.activations_unoptimised_bytes == Approx(a.activations_unoptimised_bytes));
   // Full recomputation keeps each decoder layer's input only (h x s BF16 values per layer); the
   // head's FP32 logits (vocab x s x 4 bytes) stay either way.
   const double logits = 32000.0 * seq * 4;
-  CHECK(b.activations >= L * h * seq * 2 + logits * 0.999);
-  CHECK(b.activations - logits < 0.1 * (b.activations_unoptimised - logits));
+  CHECK(b.activations_bytes >= L * h * seq * 2 + logits * 0.999);
+  CHECK(b.activations_bytes - logits < 0.1 * (b.activations_unoptimised_bytes - logits));
 }
 
 TEST_CASE("end to end: inputs that push a step past the time horizon are bad input naming them, never a negative step",
@@ -214,15 +214,15 @@ TEST_CASE("end to end: a result that breaks an invariant is an internal error, n
   const Simulation sim = simulate(from_file("scenarios/pangu-ultra-moe-718b.json"));
   CHECK_NOTHROW(check_result_invariants(sim.result));
   Result r = sim.result;
-  r.breakdown.bubble = -r.breakdown.bubble - 1;
+  r.breakdown.bubble_s = -r.breakdown.bubble_s - 1;
   CHECK_THROWS_AS(check_result_invariants(r), InternalError);
   r = sim.result;
   r.step_time_s = -9059532.0;
   CHECK_THROWS_WITH(check_result_invariants(r), Catch::Contains("this is a bug"));
   r = sim.result;
-  r.breakdown.compute += 1.0;  // the parts no longer add up to the step
+  r.breakdown.compute_s += 1.0;  // the parts no longer add up to the step
   CHECK_THROWS_WITH(check_result_invariants(r), Catch::Contains("add up"));
   r = sim.result;
-  r.stages[0].memory.activations = std::nan("");
+  r.stages[0].memory.activations_bytes = std::nan("");
   CHECK_THROWS_AS(check_result_invariants(r), InternalError);
 }

@@ -48,10 +48,10 @@ GroupShape two_level(int nodes, int per_node) {
   g.nodes = nodes;
   g.per_node = per_node;
   g.mesh = true;
-  g.intra_bandwidth = 28e9;
-  g.intra_latency = 2e-6;
-  g.inter_bandwidth = 25e9;
-  g.inter_latency = 5e-6;
+  g.intra_bytes_per_s = 28e9;
+  g.intra_latency_s = 2e-6;
+  g.inter_bytes_per_s = 25e9;
+  g.inter_latency_s = 5e-6;
   return g;
 }
 
@@ -92,9 +92,9 @@ TEST_CASE("all-to-all(v): N senders into one port take N times one sender", "[mo
     for (int i = 1; i <= senders; ++i) m[i][0] = b;
     return alltoallv_cost(m, node, g, Algorithm::Pairwise).time.value();
   };
-  const double latency = 8 * g.inter_latency;
+  const double latency = 8 * g.inter_latency_s;
   const double one = incast(1) - latency;
-  CHECK(one == Approx(b / g.inter_bandwidth));
+  CHECK(one == Approx(b / g.inter_bytes_per_s));
   for (int n : {2, 4, 8}) CHECK(incast(n) - latency == Approx(n * one));
 }
 
@@ -139,15 +139,15 @@ TEST_CASE("routing skew: stragglers slow the step, wait is reported, bytes are c
   CHECK(b.ranks_simulated == 2);
   CHECK(z.ranks_simulated == 16);
   CHECK(b.expert_load.max_over_mean == 1.0);
-  CHECK(b.breakdown.imbalance_wait == 0.0);
+  CHECK(b.breakdown.imbalance_wait_s == 0.0);
   CHECK(uni.result.expert_load.max_over_mean < 1.1);
   CHECK(z.expert_load.max_over_mean > 1.5);
   CHECK(z.expert_load.imbalance_score > uni.result.expert_load.imbalance_score);
   CHECK(z.step_time_s > 1.1 * b.step_time_s);
-  CHECK(z.breakdown.imbalance_wait > 0.05 * z.step_time_s);
+  CHECK(z.breakdown.imbalance_wait_s > 0.05 * z.step_time_s);
   CHECK(z.breakdown.total() == Approx(z.step_time_s).epsilon(1e-6));
   // The same token copies are computed, only unevenly: mean compute per device is unchanged.
-  CHECK(z.breakdown.compute == Approx(b.breakdown.compute).epsilon(0.02));
+  CHECK(z.breakdown.compute_s == Approx(b.breakdown.compute_s).epsilon(0.02));
   // Every copy sent is received: the all-to-all bytes summed over the group do not depend on
   // how skewed the routing is (dispatch + combine, forward + backward).
   auto sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
@@ -226,7 +226,7 @@ TEST_CASE("placement: load-aware rebalancing and redundant experts even out a sk
   CHECK(rb.expert_load.experts_moved > 0);
   CHECK(rb.expert_load.max_over_mean < st.expert_load.max_over_mean);
   CHECK(rb.step_time_s < st.step_time_s);
-  CHECK(rb.breakdown.imbalance_wait < st.breakdown.imbalance_wait);
+  CHECK(rb.breakdown.imbalance_wait_s < st.breakdown.imbalance_wait_s);
   // Moving experts costs their weights and optimizer shards, amortised over interval_steps.
   CHECK(rb.expert_load.migration_seconds > 0);
   CHECK(with({{"placement", "rebalanced"}, {"rebalance", {{"interval_steps", 5}}}}).expert_load.migration_seconds ==
@@ -311,7 +311,7 @@ TEST_CASE("flow-level all-to-all: bytes conserved, incast, hierarchical and all-
     FlowCollectives one(topo);
     return one.alltoallv(m, devs, g, Algorithm::Pairwise).time.value();
   };
-  const double lat = 7 * g.intra_latency + 24 * g.inter_latency;
+  const double lat = 7 * g.intra_latency_s + 24 * g.inter_latency_s;
   const double t1 = incast(1) - lat;
   CHECK(incast(2) - lat == Approx(2 * t1).epsilon(0.01));
   CHECK(incast(3) - lat == Approx(3 * t1).epsilon(0.01));
@@ -352,12 +352,12 @@ TEST_CASE("forward-backward overlap hides the expert all-to-all behind the other
   const Result plain = simulate(load_scenario(j, "t.json", "")).result;
   j["parallelism"]["moe_fb_overlap"] = true;
   const Result fb = simulate(load_scenario(j, "t.json", "")).result;
-  REQUIRE(plain.breakdown.ep_comm > 0.05 * plain.step_time_s);
+  REQUIRE(plain.breakdown.ep_comm_s > 0.05 * plain.step_time_s);
   // The same work and communication, issued interleaved: more of it hidden, the step shorter.
   CHECK(fb.comm_seconds_per_device == Approx(plain.comm_seconds_per_device).epsilon(1e-9));
-  CHECK(fb.breakdown.compute == Approx(plain.breakdown.compute).epsilon(1e-9));
+  CHECK(fb.breakdown.compute_s == Approx(plain.breakdown.compute_s).epsilon(1e-9));
   CHECK(fb.comm_overlap_fraction > plain.comm_overlap_fraction + 0.1);
-  CHECK(fb.breakdown.ep_comm < 0.6 * plain.breakdown.ep_comm);
+  CHECK(fb.breakdown.ep_comm_s < 0.6 * plain.breakdown.ep_comm_s);
   // Two stages: what is hidden is about what the longer backward chain adds to the bubble.
   CHECK(fb.step_time_s < 1.01 * plain.step_time_s);
   CHECK(fb.breakdown.total() == Approx(fb.step_time_s).epsilon(1e-6));
@@ -366,7 +366,7 @@ TEST_CASE("forward-backward overlap hides the expert all-to-all behind the other
   const Result big = simulate(load_scenario_file(scen, {})).result;
   const Result big_fb = simulate(load_scenario_file(scen, {"parallelism.moe_fb_overlap=true"})).result;
   CHECK(big_fb.step_time_s < 0.95 * big.step_time_s);
-  CHECK(big_fb.breakdown.ep_comm < 0.6 * big.breakdown.ep_comm);
+  CHECK(big_fb.breakdown.ep_comm_s < 0.6 * big.breakdown.ep_comm_s);
   // MindSpeed's flag name works on a command line too.
   nlohmann::json m = nlohmann::json::parse(kSmallMoe);
   m["parallelism"] = {{"megatron_args", "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 "
@@ -413,7 +413,7 @@ TEST_CASE("DualPipeV hides the all-to-all of a paired pass behind the other pass
   const Result& a = zv.result;
   const Result& b = dv.result;
   CHECK(b.comm_seconds_per_device == Approx(a.comm_seconds_per_device).epsilon(1e-9));
-  CHECK(b.breakdown.compute == Approx(a.breakdown.compute).epsilon(1e-9));
+  CHECK(b.breakdown.compute_s == Approx(a.breakdown.compute_s).epsilon(1e-9));
   CHECK(b.breakdown.total() == Approx(b.step_time_s).epsilon(1e-6));
   // DeepSeek's order: after the warm-up nearly every forward is issued with a backward.
   int paired = 0, passes = 0;
@@ -452,12 +452,12 @@ TEST_CASE("shared-expert overlap: the shared expert computes while the routed to
   const Result base = simulate(load_scenario_file(scen, {})).result;
   const Result ov = simulate(load_scenario_file(scen, {"parallelism.moe_shared_expert_overlap=true"})).result;
   // The same operators and communication, another dependency structure.
-  CHECK(ov.breakdown.compute == Approx(base.breakdown.compute).epsilon(1e-9));
+  CHECK(ov.breakdown.compute_s == Approx(base.breakdown.compute_s).epsilon(1e-9));
   CHECK(ov.comm_seconds_per_device == Approx(base.comm_seconds_per_device).epsilon(1e-9));
   CHECK(ov.hfu / ov.mfu == Approx(base.hfu / base.mfu));
   // Each MoE layer's shared expert (3 GEMMs of 7680 x 2048 on 8K tokens / TP8) runs under the
   // dispatch forward and under the combine's gradient backward: less all-to-all exposed.
-  CHECK(ov.breakdown.ep_comm < 0.8 * base.breakdown.ep_comm);
+  CHECK(ov.breakdown.ep_comm_s < 0.8 * base.breakdown.ep_comm_s);
   CHECK(ov.step_time_s < 0.97 * base.step_time_s);
   CHECK(ov.breakdown.total() == Approx(ov.step_time_s).epsilon(1e-6));
   // MindSpeed's flag on a command line.

@@ -25,8 +25,8 @@ TEST_CASE("collectives: ring all-reduce is 2(p-1)/p n/B + 2(p-1) alpha", "[strat
   g.size = 16;
   g.nodes = 16;  // one rank per server: a single level over the NICs
   g.per_node = 1;
-  g.inter_bandwidth = 25e9;
-  g.inter_latency = 5e-6;
+  g.inter_bytes_per_s = 25e9;
+  g.inter_latency_s = 5e-6;
   const double n = 1e9;
   const double expect = 2.0 * 15 / 16 * n / 25e9 + 2 * 15 * 5e-6;
   const CollectiveCost c = collective_cost(Collective::AllReduce, n, g, Algorithm::Ring);
@@ -42,8 +42,8 @@ TEST_CASE("collectives: full-mesh reduce-scatter uses every link at once", "[str
   g.nodes = 1;
   g.per_node = 8;
   g.mesh = true;
-  g.intra_bandwidth = 44.8e9;  // per link
-  g.intra_latency = 2e-6;
+  g.intra_bytes_per_s = 44.8e9;  // per link
+  g.intra_latency_s = 2e-6;
   const double n = 256e6;
   // HCCL mesh: alpha + (1/p) n beta.
   const CollectiveCost c = collective_cost(Collective::ReduceScatter, n, g, Algorithm::Mesh);
@@ -57,10 +57,10 @@ TEST_CASE("collectives: hierarchical all-reduce = intra RS + inter AR on 1/k + i
   g.nodes = 4;
   g.per_node = 8;
   g.mesh = true;
-  g.intra_bandwidth = 40e9;
-  g.intra_latency = 2e-6;
-  g.inter_bandwidth = 20e9;
-  g.inter_latency = 5e-6;
+  g.intra_bytes_per_s = 40e9;
+  g.intra_latency_s = 2e-6;
+  g.inter_bytes_per_s = 20e9;
+  g.inter_latency_s = 5e-6;
   const double n = 1e9;
   const double intra = 2e-6 + n / 8 / 40e9;                               // mesh RS (= AG)
   const double inter_ring = 3 * 5e-6 + 0.75 * (n / 8) / 20e9;            // ring RS on n/8 over 4 servers
@@ -82,8 +82,8 @@ TEST_CASE("collectives: hierarchical all-to-all sends fewer bytes across servers
   g.nodes = 4;
   g.per_node = 8;
   g.mesh = true;
-  g.intra_bandwidth = 44.8e9;
-  g.inter_bandwidth = 22.5e9;
+  g.intra_bytes_per_s = 44.8e9;
+  g.inter_bytes_per_s = 22.5e9;
   const double n = 126e6;
   const auto flat = collective_cost(Collective::AllToAll, n, g, Algorithm::Pairwise);
   const auto hier = collective_cost(Collective::AllToAll, n, g, Algorithm::HierarchicalAllToAll, 0.4518);
@@ -194,10 +194,10 @@ TEST_CASE("memory: a dense model with the distributed optimizer needs (6 + 12/d)
   const double P = 132'654'080.0;
   const auto& m = sim.lowered.stages[0].memory;
   CHECK(sim.lowered.stages[0].params_dense == Approx(P));
-  CHECK(m.weights == Approx(2 * P));
-  CHECK(m.gradients == Approx(4 * P));
-  CHECK(m.optimizer == Approx(12 * P / 8));
-  CHECK(m.weights + m.gradients + m.optimizer == Approx((6 + 12.0 / 8) * P));
+  CHECK(m.weights_bytes == Approx(2 * P));
+  CHECK(m.gradients_bytes == Approx(4 * P));
+  CHECK(m.optimizer_bytes == Approx(12 * P / 8));
+  CHECK(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes == Approx((6 + 12.0 / 8) * P));
   // Without the distributed optimizer every rank keeps all 12 bytes: 18 bytes per parameter.
   const Scenario s2 = scenario_from(R"({
     "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
@@ -206,7 +206,7 @@ TEST_CASE("memory: a dense model with the distributed optimizer needs (6 + 12/d)
     "training": {"seq_length": 1024, "global_batch_size": 8}})");
   const Simulation sim2 = simulate(s2);  // keep the simulation alive: m2 refers into it
   const auto& m2 = sim2.lowered.stages[0].memory;
-  CHECK(m2.weights + m2.gradients + m2.optimizer == Approx(18 * P));
+  CHECK(m2.weights_bytes + m2.gradients_bytes + m2.optimizer_bytes == Approx(18 * P));
 }
 
 TEST_CASE("plan: divisibility problems are reported together with their paths", "[strategies][plan]") {
@@ -374,7 +374,7 @@ TEST_CASE("schedules: zb_h1 end to end is faster than 1F1B and refuses virtual s
   j["parallelism"]["pipeline_schedule"] = "zb_h1";
   const Result zb = simulate(load_scenario(j, "t.json", "")).result;
   CHECK(zb.step_time_s < 0.92 * one.step_time_s);
-  CHECK(zb.breakdown.bubble < 0.7 * one.breakdown.bubble);
+  CHECK(zb.breakdown.bubble_s < 0.7 * one.breakdown.bubble_s);
   CHECK(zb.breakdown.total() == Approx(zb.step_time_s).epsilon(1e-6));
   CHECK(zb.mfu > one.mfu);
   CHECK(zb.hfu / zb.mfu == Approx(one.hfu / one.mfu));  // the same work, only reordered
@@ -393,7 +393,7 @@ TEST_CASE("schedules: zb_v end to end is faster than interleaved 1F1B and needs 
   j["parallelism"]["pipeline_schedule"] = "zb_v";
   const Result zv = simulate(load_scenario(j, "t.json", "")).result;
   CHECK(zv.step_time_s < il.step_time_s);
-  CHECK(zv.breakdown.bubble < il.breakdown.bubble);
+  CHECK(zv.breakdown.bubble_s < il.breakdown.bubble_s);
   // 1F1B's memory in chunks, plus the second-chunk forward that may exceed it in the warm-up.
   for (const StageResult& st : zv.stages) CHECK(st.memory.peak_inflight <= 2 * 4 + 1);
   CHECK(zv.breakdown.total() == Approx(zv.step_time_s).epsilon(1e-6));
@@ -433,15 +433,15 @@ TEST_CASE("schedules: dualpipe end to end: two parameter copies, smaller bubble,
   j["parallelism"]["pipeline_schedule"] = "dualpipe";
   const Scenario sd = load_scenario(j, "t.json", "");
   const Result dp = simulate(sd).result;
-  CHECK(dp.breakdown.bubble < 0.5 * one.breakdown.bubble);
+  CHECK(dp.breakdown.bubble_s < 0.5 * one.breakdown.bubble_s);
   CHECK(dp.breakdown.total() == Approx(dp.step_time_s).epsilon(1e-6));
   CHECK(dp.hfu / dp.mfu == Approx(one.hfu / one.mfu));  // the same work per micro-batch
-  CHECK(dp.breakdown.compute == Approx(one.breakdown.compute).epsilon(1e-3));
+  CHECK(dp.breakdown.compute_s == Approx(one.breakdown.compute_s).epsilon(1e-3));
   for (std::size_t st = 0; st < dp.stages.size(); ++st) {
     // Stage s holds stages s and p - 1 - s of the 1F1B split: twice the weights of the pair's mean.
     const std::size_t mirror = dp.stages.size() - 1 - st;
-    CHECK(dp.stages[st].memory.weights ==
-          Approx(one.stages[st].memory.weights + one.stages[mirror].memory.weights).epsilon(1e-9));
+    CHECK(dp.stages[st].memory.weights_bytes ==
+          Approx(one.stages[st].memory.weights_bytes + one.stages[mirror].memory.weights_bytes).epsilon(1e-9));
   }
   // The plan as JSON pastes back: no virtual pipeline size.
   CHECK_FALSE(plan_to_json(sd.plan, sd.model).contains("virtual_pipeline_model_parallel_size"));
@@ -481,14 +481,14 @@ TEST_CASE("swap: activations in host memory lower peak memory by the swapped byt
     const MemoryBreakdown& b = sw.result.stages[st].memory;
     // Stage 0 keeps p micro-batches in flight: all but the one being prefetched give up half
     // their activations; the last stage keeps one, which it needs back at once.
-    if (st == 0) CHECK(b.swapped == Approx(0.5 * a.activations * (4 - 1) / 4).epsilon(0.02));
-    if (st == 3) CHECK(b.swapped == 0.0);
+    if (st == 0) CHECK(b.swapped_bytes == Approx(0.5 * a.activations_bytes * (4 - 1) / 4).epsilon(0.02));
+    if (st == 3) CHECK(b.swapped_bytes == 0.0);
     // Every byte not on the device is in host memory: the device total drops by exactly that.
-    CHECK(b.total() == Approx(a.total() - b.swapped));
-    CHECK(b.activations + b.swapped == Approx(a.activations));
+    CHECK(b.total() == Approx(a.total() - b.swapped_bytes));
+    CHECK(b.activations_bytes + b.swapped_bytes == Approx(a.activations_bytes));
     // No recomputation here: without swapping nothing is saved; with it, the swapped bytes.
-    CHECK(a.activations == Approx(a.activations_unoptimised));
-    CHECK(b.activations_unoptimised == Approx(a.activations_unoptimised));
+    CHECK(a.activations_bytes == Approx(a.activations_unoptimised_bytes));
+    CHECK(b.activations_unoptimised_bytes == Approx(a.activations_unoptimised_bytes));
   }
   CHECK(sw.result.peak_memory_bytes < plain.result.peak_memory_bytes);
   // Copies on the host link: each chunk's swapped bytes out and back at host_bandwidth; the
@@ -499,7 +499,7 @@ TEST_CASE("swap: activations in host memory lower peak memory by the swapped byt
     copy_s = std::max(copy_s, 2.0 * 0.5 * si.activation_bytes_per_microbatch / host * ss.plan.num_microbatches);
   CHECK(sw.result.step_time_s >= plain.result.step_time_s);
   CHECK(sw.result.step_time_s <= plain.result.step_time_s + copy_s * 1.0001);
-  CHECK(sw.result.breakdown.swap <= copy_s);
+  CHECK(sw.result.breakdown.swap_s <= copy_s);
   CHECK(sw.result.breakdown.total() == Approx(sw.result.step_time_s).epsilon(1e-6));
   // More than everything cannot be swapped.
   j["parallelism"]["swap_activations"] = 1.5;
@@ -532,9 +532,9 @@ TEST_CASE("host dispatch: short kernels leave the device waiting for the host; f
   // the step is the launches end to end (plus what follows the last one).
   CHECK(slow_host.result.step_time_s >= n * 200e-6);
   CHECK(slow_host.result.step_time_s < n * 200e-6 * 1.1 + fast_host.result.step_time_s);
-  CHECK(slow_host.result.breakdown.host_bound > 0.5 * slow_host.result.step_time_s);
+  CHECK(slow_host.result.breakdown.host_bound_s > 0.5 * slow_host.result.step_time_s);
   CHECK(slow_host.result.breakdown.total() == Approx(slow_host.result.step_time_s).epsilon(1e-6));
-  CHECK(fast_host.result.breakdown.host_bound == 0.0);
+  CHECK(fast_host.result.breakdown.host_bound_s == 0.0);
   // Fused vector operators: fewer launches, a shorter step.
   CHECK(launches(fused) < n);
   CHECK(fused.result.step_time_s < slow_host.result.step_time_s);
@@ -575,14 +575,14 @@ TEST_CASE("host dispatch: the device's host time per operator is the default; gr
   j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
   const Simulation graphs = simulate(load_scenario(j, "t.json", ""));
   CHECK(host_ticks(graphs) == 0);
-  CHECK(graphs.result.breakdown.host_bound == 0.0);
+  CHECK(graphs.result.breakdown.host_bound_s == 0.0);
   CHECK(graphs.result.step_time_s <= ep8.result.step_time_s);
   // The search's screen times the host thread the same way: with a slow host (1 ms per
   // operator) the plan is host-bound and the estimate follows the simulation.
   j["simulation"] = {{"host_dispatch", {{"launch_overhead", "1ms"}}}};
   const Scenario slow = load_scenario(j, "t.json", "");
   const Simulation slow_sim = simulate(slow);
-  CHECK(slow_sim.result.breakdown.host_bound > 0.5 * slow_sim.result.step_time_s);
+  CHECK(slow_sim.result.breakdown.host_bound_s > 0.5 * slow_sim.result.step_time_s);
   const models::Workload w = models::build_workload(slow.model, slow.training.seq_length, slow.training.workload);
   const topologies::Topology topo = topologies::build_topology(slow.cluster);
   Estimator est(slow, topo, w);
@@ -592,7 +592,7 @@ TEST_CASE("host dispatch: the device's host time per operator is the default; gr
   j["simulation"]["fidelity"] = "fast";
   const Simulation slow_fast = simulate(load_scenario(j, "t.json", ""));
   CHECK(slow_fast.result.step_time_s == Approx(slow_sim.result.step_time_s).epsilon(0.15));
-  CHECK(slow_fast.result.breakdown.host_bound > 0.5 * slow_fast.result.step_time_s);
+  CHECK(slow_fast.result.breakdown.host_bound_s > 0.5 * slow_fast.result.step_time_s);
   CHECK(slow_fast.result.breakdown.total() == Approx(slow_fast.result.step_time_s).epsilon(1e-6));
   j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
   const Scenario no_host = load_scenario(j, "t.json", "");
@@ -620,13 +620,13 @@ TEST_CASE("swap: optimizer states in host memory free their device bytes and cos
   for (std::size_t st = 0; st < sw.stages.size(); ++st) {
     const MemoryBreakdown& a = plain.stages[st].memory;
     const MemoryBreakdown& b = sw.stages[st].memory;
-    CHECK(b.optimizer == Approx(12.0 * 40e6));  // one bucket's states on the device
-    CHECK(b.total() == Approx(a.total() - (a.optimizer - b.optimizer)));
-    CHECK(b.swapped == Approx(a.optimizer - b.optimizer));
+    CHECK(b.optimizer_bytes == Approx(12.0 * 40e6));  // one bucket's states on the device
+    CHECK(b.total() == Approx(a.total() - (a.optimizer_bytes - b.optimizer_bytes)));
+    CHECK(b.swapped_bytes == Approx(a.optimizer_bytes - b.optimizer_bytes));
   }
   // The fetch (12 bytes per parameter over host_bandwidth) overlaps the cooldown backwards;
   // the step grows by at most the fetch.
-  const double fetch = plain.stages[0].memory.optimizer / s.cluster.device.host_bandwidth.value();
+  const double fetch = plain.stages[0].memory.optimizer_bytes / s.cluster.device.host_bandwidth.value();
   CHECK(sw.step_time_s >= plain.step_time_s);
   CHECK(sw.step_time_s <= plain.step_time_s + fetch * 1.0001);
   CHECK(sw.breakdown.total() == Approx(sw.step_time_s).epsilon(1e-6));
@@ -646,8 +646,8 @@ TEST_CASE("interference: compute overlapped by communication is slowed by the do
   const Result slow = simulate(load_scenario(j, "t.json", "")).result;
   REQUIRE(base.comm_overlap_fraction > 0.05);
   // Only the overlapped share of each kernel is stretched: compute grows, by less than 20%.
-  CHECK(slow.breakdown.compute > base.breakdown.compute);
-  CHECK(slow.breakdown.compute < 1.2 * base.breakdown.compute);
+  CHECK(slow.breakdown.compute_s > base.breakdown.compute_s);
+  CHECK(slow.breakdown.compute_s < 1.2 * base.breakdown.compute_s);
   CHECK(slow.step_time_s > base.step_time_s);
   CHECK(slow.breakdown.total() == Approx(slow.step_time_s).epsilon(1e-6));
   // No communication, no interference: one device.

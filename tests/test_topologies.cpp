@@ -27,8 +27,8 @@ TEST_CASE("topologies: Atlas 800T A2 servers are HCCS full meshes", "[topologies
   const Route r = t.route(0, 7);
   REQUIRE(r.hops.size() == 1);
   CHECK(r.same_node);
-  CHECK(r.bottleneck_bandwidth == Approx(28e9 * 0.6));
-  CHECK(r.latency == Approx(2e-6));
+  CHECK(r.bottleneck_bytes_per_s == Approx(28e9 * 0.6));
+  CHECK(r.latency_s == Approx(2e-6));
 }
 
 TEST_CASE("topologies: same-rail NPUs of two servers meet at their rail leaf", "[topologies]") {
@@ -38,7 +38,7 @@ TEST_CASE("topologies: same-rail NPUs of two servers meet at their rail leaf", "
   CHECK_FALSE(r.same_node);
   CHECK(r.hops.size() == 4);
   CHECK_FALSE(r.crosses_fabric);
-  CHECK(r.bottleneck_bandwidth == Approx(25e9 * 0.9));  // 200 GE at 90%
+  CHECK(r.bottleneck_bytes_per_s == Approx(25e9 * 0.9));  // 200 GE at 90%
 }
 
 TEST_CASE("topologies: other rails are reached through the scale-up fabric first", "[topologies]") {
@@ -61,7 +61,7 @@ TEST_CASE("topologies: NVSwitch servers route through the switch", "[topologies]
   const Topology t = make("dgx-h100", 16);
   const Route r = t.route(0, 5);
   CHECK(r.hops.size() == 2);
-  CHECK(r.bottleneck_bandwidth == Approx(450e9 * 0.82));
+  CHECK(r.bottleneck_bytes_per_s == Approx(450e9 * 0.82));
 }
 
 TEST_CASE("topologies: cluster overrides and bad values are checked", "[topologies]") {
@@ -96,8 +96,8 @@ TEST_CASE("topologies: CloudMatrix 384 is a 768-die UB Clos supernode", "[topolo
       CHECK(l1.tier == 1);
       CHECK(l1.plane == p);
       CHECK(l1.index == 0);  // server 0
-      CHECK(r.bottleneck_bandwidth == Approx(plane_bw));
-      CHECK(r.latency == Approx(lat));
+      CHECK(r.bottleneck_bytes_per_s == Approx(plane_bw));
+      CHECK(r.latency_s == Approx(lat));
     }
   }
   SECTION("next server: L1, L2, L1 of the chosen plane") {
@@ -115,8 +115,8 @@ TEST_CASE("topologies: CloudMatrix 384 is a 768-die UB Clos supernode", "[topolo
       for (int h = 0; h < 3; ++h) CHECK(g[r.hops[h].to].plane == p);
       CHECK(g[r.hops[1].to].index == (0 + 0) % 16);  // L2 spread by the two dies' positions
       for (const Hop& h : r.hops) CHECK(h.link.kind == LinkKind::ScaleUp);
-      CHECK(r.bottleneck_bandwidth == Approx(plane_bw));  // L1-L2 links: 16 x 28 / 16 GB/s
-      CHECK(r.latency == Approx(lat));
+      CHECK(r.bottleneck_bytes_per_s == Approx(plane_bw));  // L1-L2 links: 16 x 28 / 16 GB/s
+      CHECK(r.latency_s == Approx(lat));
       l1s.insert(r.hops[0].to);
     }
     CHECK(l1s.size() == 7);
@@ -133,8 +133,8 @@ TEST_CASE("topologies: CloudMatrix 384 is a 768-die UB Clos supernode", "[topolo
     const Route r = t.route(0, 16);
     REQUIRE(r.hops.size() == r0.hops.size());
     for (std::size_t i = 0; i < r.hops.size(); ++i) CHECK(r.hops[i].link.id == r0.hops[i].link.id);
-    CHECK(r.bottleneck_bandwidth == Approx(196e9 * eff));
-    CHECK(t.route(5, 700).bottleneck_bandwidth == Approx(196e9 * eff));
+    CHECK(r.bottleneck_bytes_per_s == Approx(196e9 * eff));
+    CHECK(t.route(5, 700).bottleneck_bytes_per_s == Approx(196e9 * eff));
   }
 }
 
@@ -151,7 +151,7 @@ TEST_CASE("topologies: every directed link has a dense id and its bandwidth", "[
       REQUIRE(id >= 0);
       REQUIRE(static_cast<std::size_t>(id) < t.num_links());
       ++seen[static_cast<std::size_t>(id)];
-      CHECK(t.link_bandwidths()[static_cast<std::size_t>(id)] == g[*e].bandwidth);
+      CHECK(t.link_bandwidths()[static_cast<std::size_t>(id)] == g[*e].bytes_per_s);
     }
     CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
     // Routes carry the ids of the graph's links.
@@ -177,11 +177,11 @@ TEST_CASE("topologies: CloudMatrix supernodes meet over the RDMA fabric", "[topo
     CHECK(r.hops.front().link.kind == LinkKind::Internal);
     CHECK(t.graph()[r.hops[0].to].kind == VertexKind::Nic);
     CHECK(t.graph()[r.hops[4].to].kind == VertexKind::Nic);
-    CHECK(r.bottleneck_bandwidth == Approx(25e9 * 0.9));  // 200 Gb/s per die at 90%
+    CHECK(r.bottleneck_bytes_per_s == Approx(25e9 * 0.9));  // 200 Gb/s per die at 90%
     for (const Hop& h : r.hops) CHECK(h.link.kind != LinkKind::ScaleUp);
   }
   // The aggregate route does not scale the NIC hops.
-  CHECK(t.route(0, 768).bottleneck_bandwidth == Approx(25e9 * 0.9));
+  CHECK(t.route(0, 768).bottleneck_bytes_per_s == Approx(25e9 * 0.9));
   CHECK(t.route(3, 768 + 100).hops.size() == 6);
   // Inside the second supernode the UB Clos is used as in the first.
   CHECK(t.route(768, 768 + 16, 2).hops.size() == 4);
@@ -194,7 +194,7 @@ TEST_CASE("topologies: single-path presets report one path", "[topologies][topol
     CHECK(t.num_paths() == 1);
     const Route a = t.route(0, 9), b = t.route(0, 9, 0);
     REQUIRE(a.hops.size() == b.hops.size());
-    CHECK(a.bottleneck_bandwidth == b.bottleneck_bandwidth);
+    CHECK(a.bottleneck_bytes_per_s == b.bottleneck_bytes_per_s);
   }
 }
 

@@ -64,18 +64,18 @@ struct Part {
   double (*value)(const Breakdown&);
 };
 const std::array<Part, 12> kParts{{
-    {"compute", "k0", [](const Breakdown& b) { return std::max(0.0, b.compute - b.recompute); }},
-    {"recompute", "k1", [](const Breakdown& b) { return b.recompute; }},
-    {"TP comm (exposed)", "k2", [](const Breakdown& b) { return b.tp_comm; }},
-    {"CP comm (exposed)", "k3", [](const Breakdown& b) { return b.cp_comm; }},
-    {"expert all-to-all (exposed)", "k4", [](const Breakdown& b) { return b.ep_comm; }},
-    {"pipeline send/recv (exposed)", "k5", [](const Breakdown& b) { return b.pp_comm; }},
-    {"DP comm (exposed)", "k6", [](const Breakdown& b) { return b.dp_comm; }},
-    {"pipeline bubble", "kb", [](const Breakdown& b) { return b.bubble; }},
-    {"expert imbalance wait", "ki", [](const Breakdown& b) { return b.imbalance_wait; }},
-    {"swap (exposed)", "k8", [](const Breakdown& b) { return b.swap; }},
-    {"host-bound", "kh", [](const Breakdown& b) { return b.host_bound; }},
-    {"optimizer and other", "k7", [](const Breakdown& b) { return b.other; }},
+    {"compute", "k0", [](const Breakdown& b) { return std::max(0.0, b.compute_s - b.recompute_s); }},
+    {"recompute", "k1", [](const Breakdown& b) { return b.recompute_s; }},
+    {"TP comm (exposed)", "k2", [](const Breakdown& b) { return b.tp_comm_s; }},
+    {"CP comm (exposed)", "k3", [](const Breakdown& b) { return b.cp_comm_s; }},
+    {"expert all-to-all (exposed)", "k4", [](const Breakdown& b) { return b.ep_comm_s; }},
+    {"pipeline send/recv (exposed)", "k5", [](const Breakdown& b) { return b.pp_comm_s; }},
+    {"DP comm (exposed)", "k6", [](const Breakdown& b) { return b.dp_comm_s; }},
+    {"pipeline bubble", "kb", [](const Breakdown& b) { return b.bubble_s; }},
+    {"expert imbalance wait", "ki", [](const Breakdown& b) { return b.imbalance_wait_s; }},
+    {"swap (exposed)", "k8", [](const Breakdown& b) { return b.swap_s; }},
+    {"host-bound", "kh", [](const Breakdown& b) { return b.host_bound_s; }},
+    {"optimizer and other", "k7", [](const Breakdown& b) { return b.other_s; }},
 }};
 
 struct MemPart {
@@ -84,12 +84,12 @@ struct MemPart {
   double (*value)(const strategies::MemoryBreakdown&);
 };
 const std::array<MemPart, 5> kMemParts{{
-    {"weights", "#4e79a7", [](const strategies::MemoryBreakdown& m) { return m.weights; }},
-    {"gradients", "#f28e2b", [](const strategies::MemoryBreakdown& m) { return m.gradients; }},
-    {"optimizer states", "#59a14f", [](const strategies::MemoryBreakdown& m) { return m.optimizer; }},
-    {"activations", "#e15759", [](const strategies::MemoryBreakdown& m) { return m.activations; }},
+    {"weights", "#4e79a7", [](const strategies::MemoryBreakdown& m) { return m.weights_bytes; }},
+    {"gradients", "#f28e2b", [](const strategies::MemoryBreakdown& m) { return m.gradients_bytes; }},
+    {"optimizer states", "#59a14f", [](const strategies::MemoryBreakdown& m) { return m.optimizer_bytes; }},
+    {"activations", "#e15759", [](const strategies::MemoryBreakdown& m) { return m.activations_bytes; }},
     {"buffers and runtime reserve", "#bab0ac",
-     [](const strategies::MemoryBreakdown& m) { return m.transient + m.reserved; }},
+     [](const strategies::MemoryBreakdown& m) { return m.transient_bytes + m.reserved_bytes; }},
 }};
 
 std::string css() {

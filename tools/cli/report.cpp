@@ -83,18 +83,18 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   auto row = [&](const char* name, double v) {
     o += fmt::format("    {:<34}{:>9.3f}  {:>6.1f}%\n", name, v, r.step_time_s > 0 ? 100 * v / r.step_time_s : 0.0);
   };
-  row("compute", b.compute);
-  if (b.recompute > 0) row("  of which recompute", b.recompute);
-  row("tensor-parallel comm (exposed)", b.tp_comm);
-  if (s.plan.cp > 1) row("context-parallel comm (exposed)", b.cp_comm);
-  if (s.model.is_moe()) row("expert all-to-all (exposed)", b.ep_comm);
-  row("pipeline send/recv (exposed)", b.pp_comm);
-  row("data-parallel comm (exposed)", b.dp_comm);
-  row("pipeline bubble", b.bubble);
-  if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait);
-  if (s.plan.swap_activations > 0 || s.plan.swap_optimizer) row("swap to host (exposed)", b.swap);
-  if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound);
-  row("optimizer and other", b.other);
+  row("compute", b.compute_s);
+  if (b.recompute_s > 0) row("  of which recompute", b.recompute_s);
+  row("tensor-parallel comm (exposed)", b.tp_comm_s);
+  if (s.plan.cp > 1) row("context-parallel comm (exposed)", b.cp_comm_s);
+  if (s.model.is_moe()) row("expert all-to-all (exposed)", b.ep_comm_s);
+  row("pipeline send/recv (exposed)", b.pp_comm_s);
+  row("data-parallel comm (exposed)", b.dp_comm_s);
+  row("pipeline bubble", b.bubble_s);
+  if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait_s);
+  if (s.plan.swap_activations > 0 || s.plan.swap_optimizer) row("swap to host (exposed)", b.swap_s);
+  if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound_s);
+  row("optimizer and other", b.other_s);
 
   o += "\n  pipeline stages\n";
   o += fmt::format("    {:>5} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "stage", "layers", "mem GiB", "act GiB", "compute",
@@ -118,8 +118,8 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
     for (const auto& c : st.chunks) chunks += (chunks.empty() ? "" : " | ") + c;
     if (chunks.size() > 60) chunks = chunks.substr(0, 57) + "...";
     o += fmt::format("    {:>5} {:>6} {:>9.1f} {:>9.1f} {:>8.2f}s {:>8.2f}s  {}{}\n", st.stage, st.decoder_layers,
-                     gib(st.memory.total()), gib(st.memory.activations), st.breakdown.compute, st.breakdown.bubble, chunks,
-                     i == peak && n > 16 ? "  (peak memory)" : "");
+                     gib(st.memory.total()), gib(st.memory.activations_bytes), st.breakdown.compute_s,
+                     st.breakdown.bubble_s, chunks, i == peak && n > 16 ? "  (peak memory)" : "");
   }
   o += fmt::format("\n  simulated {} ranks, {} tasks, {} events ({} fidelity){}\n", r.ranks_simulated, r.tasks, r.events,
                    r.fidelity, wall_time ? fmt::format(" in {:.3f} s", r.wall_s) : std::string());

@@ -579,7 +579,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;
       o.feasible = sim.result.feasible;
       o.mfu = sim.result.mfu;
-      o.bubble_fraction = sim.result.breakdown.bubble / sim.result.step_time_s;
+      o.bubble_fraction = sim.result.breakdown.bubble_s / sim.result.step_time_s;
       o.status = "ok";
       if (!o.feasible) o.assumptions.push_back("moesim predicts it does not fit: " + sim.result.infeasible_reason);
     } catch (const ConfigError& e) {

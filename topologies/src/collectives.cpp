@@ -47,26 +47,26 @@ GroupShape analyze_group(const Topology& topo, std::span<const int> devices) {
   // A member in the same server and one in another server, routed through the graph.
   for (int d : devices) {
     if (d == first) continue;
-    if (topo.node_of(d) == topo.node_of(first) && g.intra_bandwidth == 0) {
+    if (topo.node_of(d) == topo.node_of(first) && g.intra_bytes_per_s == 0) {
       const auto r = topo.route(first, d);
-      g.intra_bandwidth = r.bottleneck_bandwidth;
-      g.intra_latency = r.latency;
+      g.intra_bytes_per_s = r.bottleneck_bytes_per_s;
+      g.intra_latency_s = r.latency_s;
     }
-    if (topo.node_of(d) != topo.node_of(first) && g.inter_bandwidth == 0) {
+    if (topo.node_of(d) != topo.node_of(first) && g.inter_bytes_per_s == 0) {
       const auto r = topo.route(first, d);
       // The member's share of its server's NICs, and of the leaf uplinks when the route
       // crosses an oversubscribed spine.
-      double bw = std::min(r.bottleneck_bandwidth,
-                           spec.nic_achieved().value() * spec.nics_per_node / spec.devices_per_node);
+      double bw =
+          std::min(r.bottleneck_bytes_per_s, spec.nic_achieved().value() * spec.nics_per_node / spec.devices_per_node);
       if (r.crosses_fabric) bw = std::min(bw, spec.nic_achieved().value() / spec.oversubscription);
-      g.inter_bandwidth = bw;
-      g.inter_latency = r.latency;
+      g.inter_bytes_per_s = bw;
+      g.inter_latency_s = r.latency_s;
     }
-    if (g.intra_bandwidth > 0 && g.inter_bandwidth > 0) break;
+    if (g.intra_bytes_per_s > 0 && g.inter_bytes_per_s > 0) break;
   }
-  if (g.intra_bandwidth == 0) {
-    g.intra_bandwidth = spec.scale_up_achieved().value();
-    g.intra_latency = spec.scale_up_latency.value();
+  if (g.intra_bytes_per_s == 0) {
+    g.intra_bytes_per_s = spec.scale_up_achieved().value();
+    g.intra_latency_s = spec.scale_up_latency.value();
   }
   return g;
 }
@@ -120,11 +120,11 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     const double intra = n * (k - 1) / p;
     const double inter = n * (p - k) / p;
     // Inside a full mesh every peer has its own link; behind a switch the rank's port is shared.
-    const double intra_capacity = g.mesh ? g.intra_bandwidth * std::max(1, k - 1) : g.intra_bandwidth;
+    const double intra_capacity = g.mesh ? g.intra_bytes_per_s * std::max(1, k - 1) : g.intra_bytes_per_s;
     auto pairwise = [&]() {
-      const double lat = (k - 1) * g.intra_latency + (p - k) * g.inter_latency;
+      const double lat = (k - 1) * g.intra_latency_s + (p - k) * g.inter_latency_s;
       const double t_intra = intra > 0 ? intra / intra_capacity : 0.0;
-      const double t_inter = inter > 0 ? inter / g.inter_bandwidth : 0.0;
+      const double t_inter = inter > 0 ? inter / g.inter_bytes_per_s : 0.0;
       return lat + std::max(t_intra, t_inter);
     };
     // All-gather variant: every token (n x dedup bytes) to each of the m - 1 other servers,
@@ -134,10 +134,10 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
       if (m <= 1 || k <= 1) return kInf;
       // Phase 1: to the same-index rank of every other server, one copy per token and server.
       const double inter_dedup = inter * cross;
-      const double t1 = (m - 1) * g.inter_latency + inter_dedup / g.inter_bandwidth;
+      const double t1 = (m - 1) * g.inter_latency_s + inter_dedup / g.inter_bytes_per_s;
       // Phase 2: inside the server, deliver what arrived plus the local share to its owners.
       const double intra2 = n * (k - 1) / k;
-      const double t2 = (k - 1) * g.intra_latency + intra2 / intra_capacity;
+      const double t2 = (k - 1) * g.intra_latency_s + intra2 / intra_capacity;
       return t1 + t2;
     };
     double t = kInf;
@@ -169,8 +169,8 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
   // Single level: all members in one server, or one member per server.
   if (m == 1 || k == 1) {
     const bool intra_only = m == 1;
-    const double b = intra_only ? g.intra_bandwidth : g.inter_bandwidth;
-    const double a = intra_only ? g.intra_latency : g.inter_latency;
+    const double b = intra_only ? g.intra_bytes_per_s : g.inter_bytes_per_s;
+    const double a = intra_only ? g.intra_latency_s : g.inter_latency_s;
     const bool mesh = intra_only && g.mesh;
     Algorithm chosen = algo;
     double t = 0;
@@ -186,8 +186,8 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
 
   // Two levels: k members in each of m servers.
   Algorithm intra_alg = Algorithm::Ring, inter_alg = Algorithm::Ring;
-  const double intra_t = best_rs_ag_level(n, k, g.intra_bandwidth, g.intra_latency, g.mesh, &intra_alg);
-  const double inter_rs_ag = best_rs_ag_level(n / k, m, g.inter_bandwidth, g.inter_latency, false, &inter_alg);
+  const double intra_t = best_rs_ag_level(n, k, g.intra_bytes_per_s, g.intra_latency_s, g.mesh, &intra_alg);
+  const double inter_rs_ag = best_rs_ag_level(n / k, m, g.inter_bytes_per_s, g.inter_latency_s, false, &inter_alg);
   // Hierarchical: intra RS, inter RS/AR on 1/k of the buffer (each member on its own NIC), intra AG.
   double hier = 0;
   switch (kind) {
@@ -197,8 +197,9 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     default: break;
   }
   // Flat ring over all members: every step is paced by the slowest (cross-server) hop.
-  const double flat = mult * ((p - 1) * std::max(g.intra_latency, g.inter_latency) +
-                              (static_cast<double>(p - 1) / p) * n / std::min(g.intra_bandwidth, g.inter_bandwidth));
+  const double flat =
+      mult * ((p - 1) * std::max(g.intra_latency_s, g.inter_latency_s) +
+              (static_cast<double>(p - 1) / p) * n / std::min(g.intra_bytes_per_s, g.inter_bytes_per_s));
   double t = hier;
   Algorithm chosen = Algorithm::Hierarchical;
   if (algo == Algorithm::Ring || (algo == Algorithm::Auto && flat < hier)) {
@@ -222,7 +223,7 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
   const std::size_t p = bytes.size();
   if (p <= 1) return c;
   const int k = g.per_node, m = g.nodes;
-  const double intra_capacity = g.mesh ? g.intra_bandwidth * std::max(1, k - 1) : g.intra_bandwidth;
+  const double intra_capacity = g.mesh ? g.intra_bytes_per_s * std::max(1, k - 1) : g.intra_bytes_per_s;
   // Slot of each member inside its server (rail index): phase 1 of the hierarchical scheme
   // lands a server's share on the same-slot member, phase 2 forwards the rest.
   std::vector<int> slot(p, 0);
@@ -252,9 +253,9 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
   const bool hier = (algo == Algorithm::HierarchicalAllToAll || gather) && m > 1 && k > 1;
   double t = 0;
   if (!hier) {
-    const double lat = (k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency;
+    const double lat = (k - 1) * g.intra_latency_s + (static_cast<int>(p) - k) * g.inter_latency_s;
     t = lat + std::max(intra_peak > 0 ? intra_peak / intra_capacity : 0.0,
-                       inter_peak > 0 ? inter_peak / g.inter_bandwidth : 0.0);
+                       inter_peak > 0 ? inter_peak / g.inter_bytes_per_s : 0.0);
     c.algorithm = Algorithm::Pairwise;
     c.inter_bytes = max_of(tx_out);
     c.intra_bytes = max_of(tx_in);
@@ -264,8 +265,8 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
     // All-gather variant: every member's tokens (dedup x its bytes) to each other server,
     // whatever the routing.
     const double phase1 = gather ? max_of(sent) * dedup * (m - 1) : inter_peak * dedup;
-    const double t1 = (m - 1) * g.inter_latency + phase1 / g.inter_bandwidth;
-    const double t2 = (k - 1) * g.intra_latency + max_of(rx_phase2) / intra_capacity;
+    const double t1 = (m - 1) * g.inter_latency_s + phase1 / g.inter_bytes_per_s;
+    const double t2 = (k - 1) * g.intra_latency_s + max_of(rx_phase2) / intra_capacity;
     t = t1 + t2;
     c.algorithm = gather ? Algorithm::AllGatherAllToAll : Algorithm::HierarchicalAllToAll;
     c.inter_bytes = gather ? phase1 : max_of(tx_out) * dedup;
@@ -277,7 +278,7 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
 
 Seconds p2p_time(double bytes, const Route& r) {
   if (bytes <= 0 || r.hops.empty()) return Seconds{0};
-  return Seconds{r.latency + bytes / r.bottleneck_bandwidth};
+  return Seconds{r.latency_s + bytes / r.bottleneck_bytes_per_s};
 }
 
 }  // namespace moesim::topologies

@@ -15,10 +15,10 @@ const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int ds
   for (int k = 0; k < topo_.num_paths(); ++k) {
     const Route r = topo_.route(src, dst, k);
     Path p;
-    p.latency = r.latency;
+    p.latency = r.latency_s;
     for (const auto& h : r.hops) {
       p.links.push_back((static_cast<std::uint64_t>(h.from) << 32) | static_cast<std::uint64_t>(h.to));
-      p.bandwidth.push_back(h.link.bandwidth);
+      p.bandwidth.push_back(h.link.bytes_per_s);
       p.fabric.push_back(h.link.kind == LinkKind::Fabric ? 1 : 0);
     }
     out.push_back(std::move(p));
@@ -107,7 +107,8 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         (node[i] == node[j] ? out_intra : out_inter)[i] += bytes[i][j];
       }
     for (const auto& [grp, t] : ph.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
-    end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency + (static_cast<int>(p) - k) * g.inter_latency}));
+    end =
+        add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency_s + (static_cast<int>(p) - k) * g.inter_latency_s}));
     c.algorithm = Algorithm::Pairwise;
   } else {
     // Phase 1: member i sends its server-aggregate for server n to its rail peer there.
@@ -127,7 +128,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         out_inter[i] += agg * dedup;
       }
     const auto arrived = one.run(flows_, recomputations_, bytes_);
-    const Tick alpha1 = to_ticks(Seconds{(m - 1) * g.inter_latency});
+    const Tick alpha1 = to_ticks(Seconds{(m - 1) * g.inter_latency_s});
     // Phase 2: inside each server, member r forwards to j what it holds for j: its own data and
     // what its rail peers in other servers sent it.
     Phase two(1);
@@ -146,7 +147,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
       end = std::max(end, release);
     }
     for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
-    end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency}));
+    end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency_s}));
     c.algorithm = algo;
   }
   c.time = to_seconds(end);

@@ -221,7 +221,7 @@ Topology::Topology(ClusterSpec spec, Graph g) : spec_(std::move(spec)), g_(std::
   for (auto [v, vend] = boost::vertices(g_); v != vend; ++v)
     for (auto [e, eend] = boost::out_edges(*v, g_); e != eend; ++e) {
       g_[*e].id = next++;
-      link_bandwidths_.push_back(g_[*e].bandwidth);
+      link_bandwidths_.push_back(g_[*e].bytes_per_s);
     }
   if (spec_.scale_up == ScaleUpKind::Clos) {
     const int planes = spec_.clos.l1_per_server, l2n = spec_.clos.l2_per_plane;
@@ -245,10 +245,11 @@ Route Topology::route(int src, int dst) const {
   if (spec_.scale_up == ScaleUpKind::Clos && !r.hops.empty()) {
     // One transfer spreads over every plane: the scale-up hops carry num_paths() x plane 0's.
     const double planes = num_paths();
-    r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+    r.bottleneck_bytes_per_s = std::numeric_limits<double>::infinity();
     for (const Hop& h : r.hops)
-      r.bottleneck_bandwidth = std::min(
-          r.bottleneck_bandwidth, h.link.kind == LinkKind::ScaleUp ? h.link.bandwidth * planes : h.link.bandwidth);
+      r.bottleneck_bytes_per_s =
+          std::min(r.bottleneck_bytes_per_s,
+                   h.link.kind == LinkKind::ScaleUp ? h.link.bytes_per_s * planes : h.link.bytes_per_s);
   }
   return r;
 }
@@ -263,10 +264,10 @@ Route Topology::route(int src, int dst, int path) const {
 namespace {
 
 void finish_route(Route& r, std::vector<Hop> hops) {
-  r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+  r.bottleneck_bytes_per_s = std::numeric_limits<double>::infinity();
   for (const Hop& h : hops) {
-    r.bottleneck_bandwidth = std::min(r.bottleneck_bandwidth, h.link.bandwidth);
-    r.latency += h.link.latency;
+    r.bottleneck_bytes_per_s = std::min(r.bottleneck_bytes_per_s, h.link.bytes_per_s);
+    r.latency_s += h.link.latency_s;
     if (h.link.kind == LinkKind::Fabric) r.crosses_fabric = true;
   }
   r.hops = std::move(hops);
@@ -304,7 +305,7 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
   Route r;
   r.same_node = node_of(src) == node_of(dst);
   if (src == dst) {
-    r.bottleneck_bandwidth = std::numeric_limits<double>::infinity();
+    r.bottleneck_bytes_per_s = std::numeric_limits<double>::infinity();
     return r;
   }
   // Breadth-first search with early exit; out-edges are visited in insertion order, so the

@@ -217,7 +217,7 @@ void Lowering::build_stage_programs(const std::vector<std::vector<int>>& vs_item
         si.params_expert += ip.params_expert;
         programs_.act[stage][c] += ip.act_bytes;
         chunk_act_full_[stage][c] += ip.act_bytes_full;
-        si.memory.transient = std::max(si.memory.transient, ip.transient);
+        si.memory.transient_bytes = std::max(si.memory.transient_bytes, ip.transient);
         si.forward_seconds += ip.fwd_seconds;
         si.backward_seconds += ip.bwd_seconds;
         double recompute_flops = 0;
@@ -259,7 +259,7 @@ void Lowering::stage_memories() {
     in.peak_inflight = peak.chunks;
     in.largest_chunk_activations = 0;
     for (double a : programs_.act[stage]) in.largest_chunk_activations = std::max(in.largest_chunk_activations, a);
-    in.transient_bytes = si.memory.transient;
+    in.transient_bytes = si.memory.transient_bytes;
     si.memory = stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
   }
 }

@@ -8,26 +8,26 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
                              const StageMemoryInput& in) {
   MemoryBreakdown mem;
   const double params = in.params_dense + in.params_expert;
-  mem.weights = params * weight_bytes_per_param(precision);
-  mem.gradients = params * kMainGradBytesPerParam;
-  mem.optimizer = kAdamStateBytesPerParam * optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
+  mem.weights_bytes = params * weight_bytes_per_param(precision);
+  mem.gradients_bytes = params * kMainGradBytesPerParam;
+  mem.optimizer_bytes = kAdamStateBytesPerParam * optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
   if (p.swap_optimizer) {
     // Optimizer states live in host memory; one gradient bucket's states are on the device
     // at a time while the step streams through them.
-    const double resident = std::min(mem.optimizer, kAdamStateBytesPerParam * kGradientBucketParams);
-    mem.swapped += mem.optimizer - resident;
-    mem.optimizer = resident;
+    const double resident = std::min(mem.optimizer_bytes, kAdamStateBytesPerParam * kGradientBucketParams);
+    mem.swapped_bytes += mem.optimizer_bytes - resident;
+    mem.optimizer_bytes = resident;
   }
   // Swapping: a fraction of every chunk's saved activations waits in host memory between its
   // forward and its backward; one chunk's worth is back on the device (prefetched) at a time.
   const double f = p.swap_activations;
   const double act_swapped = f > 0 ? std::max(0.0, f * (in.peak_activations - in.largest_chunk_activations)) : 0.0;
-  mem.swapped += act_swapped;
-  mem.activations = in.peak_activations - act_swapped;
-  mem.activations_unoptimised = in.peak_activations_unoptimised;
+  mem.swapped_bytes += act_swapped;
+  mem.activations_bytes = in.peak_activations - act_swapped;
+  mem.activations_unoptimised_bytes = in.peak_activations_unoptimised;
   mem.peak_inflight = in.peak_inflight;
-  mem.transient = in.transient_bytes;
-  mem.reserved = reserved_bytes;
+  mem.transient_bytes = in.transient_bytes;
+  mem.reserved_bytes = reserved_bytes;
   return mem;
 }
 

@@ -327,7 +327,7 @@ double MoeRouting::migration_seconds(const std::vector<std::vector<int>>& chunk_
   const double bytes_per_param =
       2.0 + (in_.distributed_optimizer ? kAdamStateBytesPerParam / lay_.edp : kAdamStateBytesPerParam);
   const topologies::GroupShape& sh = net_.shape(GroupKind::Ep);
-  const double bw = sh.spans_nodes() ? sh.inter_bandwidth : sh.intra_bandwidth;
+  const double bw = sh.spans_nodes() ? sh.inter_bytes_per_s : sh.intra_bytes_per_s;
   double worst_total = 0;
   for (const auto& chunk : chunk_items)
     for (int idx : chunk) {

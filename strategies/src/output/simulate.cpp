@@ -155,34 +155,34 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
   const Tick waiting = measure_minus(wait_iv, covered);
   const Tick host_waiting = measure_minus(merged(std::move(host_waits)), union_of(covered, wait_iv));
   const Tick host_bound = host_waiting + host_passes_visible;
-  rt.b.compute = to_seconds(compute + recompute).value();
-  rt.b.recompute = to_seconds(recompute).value();
-  rt.b.other = to_seconds(optimizer).value();
-  rt.b.tp_comm = to_seconds(exposed[kTpComm]).value();
-  rt.b.cp_comm = to_seconds(exposed[kCpComm]).value();
-  rt.b.ep_comm = to_seconds(exposed[kEpComm]).value();
-  rt.b.pp_comm = to_seconds(exposed[kPpComm]).value();
-  rt.b.dp_comm = to_seconds(exposed[kDpComm]).value();
-  rt.b.swap = to_seconds(exposed[kSwap]).value();
-  rt.b.imbalance_wait = to_seconds(waiting).value();
-  rt.b.host_bound = to_seconds(host_bound).value();
-  rt.b.bubble = to_seconds(std::max<Tick>(0, idle - waiting - host_waiting)).value();
+  rt.b.compute_s = to_seconds(compute + recompute).value();
+  rt.b.recompute_s = to_seconds(recompute).value();
+  rt.b.other_s = to_seconds(optimizer).value();
+  rt.b.tp_comm_s = to_seconds(exposed[kTpComm]).value();
+  rt.b.cp_comm_s = to_seconds(exposed[kCpComm]).value();
+  rt.b.ep_comm_s = to_seconds(exposed[kEpComm]).value();
+  rt.b.pp_comm_s = to_seconds(exposed[kPpComm]).value();
+  rt.b.dp_comm_s = to_seconds(exposed[kDpComm]).value();
+  rt.b.swap_s = to_seconds(exposed[kSwap]).value();
+  rt.b.imbalance_wait_s = to_seconds(waiting).value();
+  rt.b.host_bound_s = to_seconds(host_bound).value();
+  rt.b.bubble_s = to_seconds(std::max<Tick>(0, idle - waiting - host_waiting)).value();
   return rt;
 }
 
 void add_scaled(Breakdown& a, const Breakdown& b, double w) {
-  a.compute += w * b.compute;
-  a.tp_comm += w * b.tp_comm;
-  a.cp_comm += w * b.cp_comm;
-  a.ep_comm += w * b.ep_comm;
-  a.pp_comm += w * b.pp_comm;
-  a.dp_comm += w * b.dp_comm;
-  a.swap += w * b.swap;
-  a.host_bound += w * b.host_bound;
-  a.bubble += w * b.bubble;
-  a.imbalance_wait += w * b.imbalance_wait;
-  a.other += w * b.other;
-  a.recompute += w * b.recompute;
+  a.compute_s += w * b.compute_s;
+  a.tp_comm_s += w * b.tp_comm_s;
+  a.cp_comm_s += w * b.cp_comm_s;
+  a.ep_comm_s += w * b.ep_comm_s;
+  a.pp_comm_s += w * b.pp_comm_s;
+  a.dp_comm_s += w * b.dp_comm_s;
+  a.swap_s += w * b.swap_s;
+  a.host_bound_s += w * b.host_bound_s;
+  a.bubble_s += w * b.bubble_s;
+  a.imbalance_wait_s += w * b.imbalance_wait_s;
+  a.other_s += w * b.other_s;
+  a.recompute_s += w * b.recompute_s;
 }
 
 std::string item_name(const models::Workload& w, int idx) {
@@ -324,11 +324,12 @@ void check_result_invariants(const Result& r) {
     if (!std::isfinite(v) || v < 0) bad.push_back(fmt::format("{} = {}", name, v));
   };
   auto parts_ok = [&](const std::string& where, const Breakdown& b, double step) {
-    const std::pair<const char*, double> parts[] = {
-        {"compute", b.compute},     {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
-        {"ep_comm", b.ep_comm},     {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
-        {"bubble", b.bubble},       {"imbalance_wait", b.imbalance_wait},
-        {"swap", b.swap},           {"host_bound", b.host_bound}, {"other", b.other}, {"recompute", b.recompute}};
+    const std::pair<const char*, double> parts[] = {{"compute", b.compute_s}, {"tp_comm", b.tp_comm_s},
+                                                    {"cp_comm", b.cp_comm_s}, {"ep_comm", b.ep_comm_s},
+                                                    {"pp_comm", b.pp_comm_s}, {"dp_comm", b.dp_comm_s},
+                                                    {"bubble", b.bubble_s},   {"imbalance_wait", b.imbalance_wait_s},
+                                                    {"swap", b.swap_s},       {"host_bound", b.host_bound_s},
+                                                    {"other", b.other_s},     {"recompute", b.recompute_s}};
     const double tol = 1e-6 * step + 1e-9;
     for (const auto& [name, v] : parts)
       if (!std::isfinite(v) || v < -tol) bad.push_back(fmt::format("{}breakdown {} = {}", where, name, v));
@@ -345,10 +346,10 @@ void check_result_invariants(const Result& r) {
   parts_ok("", r.breakdown, r.step_time_s);
   for (const StageResult& st : r.stages) {
     const MemoryBreakdown& m = st.memory;
-    const std::pair<const char*, double> mem[] = {{"weights", m.weights},         {"gradients", m.gradients},
-                                                  {"optimizer", m.optimizer},     {"activations", m.activations},
-                                                  {"transient", m.transient},     {"reserved", m.reserved},
-                                                  {"swapped", m.swapped}};
+    const std::pair<const char*, double> mem[] = {
+        {"weights", m.weights_bytes},         {"gradients", m.gradients_bytes}, {"optimizer", m.optimizer_bytes},
+        {"activations", m.activations_bytes}, {"transient", m.transient_bytes}, {"reserved", m.reserved_bytes},
+        {"swapped", m.swapped_bytes}};
     for (const auto& [name, v] : mem)
       if (!std::isfinite(v) || v < 0) bad.push_back(fmt::format("stage {} memory {} = {}", st.stage, name, v));
     parts_ok(fmt::format("stage {} ", st.stage), st.breakdown, r.step_time_s);
@@ -439,12 +440,13 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel) {
   if (!r.memory_fits) {
     const MemoryBreakdown& m = low.stages[worst].memory;
     r.feasible = false;
-    r.infeasible_reason = "out of memory: pipeline stage " + std::to_string(worst) + " needs " +
-                          gib_text(m.total()) + " GiB per device (weights " + gib_text(m.weights) + ", gradients " +
-                          gib_text(m.gradients) + ", optimizer " + gib_text(m.optimizer) + ", activations " +
-                          gib_text(m.activations) + " for " + std::to_string(m.peak_inflight) +
-                          " micro-batch chunks in flight, transient " + gib_text(m.transient) + ", reserved " +
-                          gib_text(m.reserved) + ") but " + dev.name + " has " + gib_text(r.capacity_bytes) + " GiB";
+    r.infeasible_reason = "out of memory: pipeline stage " + std::to_string(worst) + " needs " + gib_text(m.total()) +
+                          " GiB per device (weights " + gib_text(m.weights_bytes) + ", gradients " +
+                          gib_text(m.gradients_bytes) + ", optimizer " + gib_text(m.optimizer_bytes) +
+                          ", activations " + gib_text(m.activations_bytes) + " for " + std::to_string(m.peak_inflight) +
+                          " micro-batch chunks in flight, transient " + gib_text(m.transient_bytes) + ", reserved " +
+                          gib_text(m.reserved_bytes) + ") but " + dev.name + " has " + gib_text(r.capacity_bytes) +
+                          " GiB";
   }
   r.collectives = low.collectives;
   r.expert_load = low.expert_load;
@@ -470,25 +472,27 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel) {
 }
 
 nlohmann::json to_json(const Breakdown& b) {
-  return {{"compute", b.compute}, {"tp_comm", b.tp_comm}, {"cp_comm", b.cp_comm},
-          {"ep_comm", b.ep_comm}, {"pp_comm", b.pp_comm}, {"dp_comm", b.dp_comm},
-          {"bubble", b.bubble},   {"imbalance_wait", b.imbalance_wait}, {"swap", b.swap}, {"host_bound", b.host_bound},
-          {"other", b.other}};
+  return {{"compute", b.compute_s}, {"tp_comm", b.tp_comm_s},
+          {"cp_comm", b.cp_comm_s}, {"ep_comm", b.ep_comm_s},
+          {"pp_comm", b.pp_comm_s}, {"dp_comm", b.dp_comm_s},
+          {"bubble", b.bubble_s},   {"imbalance_wait", b.imbalance_wait_s},
+          {"swap", b.swap_s},       {"host_bound", b.host_bound_s},
+          {"other", b.other_s}};
 }
 
 Breakdown breakdown_from_json(const nlohmann::json& j) {
   Breakdown b;
-  b.compute = j.value("compute", 0.0);
-  b.tp_comm = j.value("tp_comm", 0.0);
-  b.cp_comm = j.value("cp_comm", 0.0);
-  b.ep_comm = j.value("ep_comm", 0.0);
-  b.pp_comm = j.value("pp_comm", 0.0);
-  b.dp_comm = j.value("dp_comm", 0.0);
-  b.bubble = j.value("bubble", 0.0);
-  b.imbalance_wait = j.value("imbalance_wait", 0.0);
-  b.swap = j.value("swap", 0.0);
-  b.host_bound = j.value("host_bound", 0.0);
-  b.other = j.value("other", 0.0);
+  b.compute_s = j.value("compute", 0.0);
+  b.tp_comm_s = j.value("tp_comm", 0.0);
+  b.cp_comm_s = j.value("cp_comm", 0.0);
+  b.ep_comm_s = j.value("ep_comm", 0.0);
+  b.pp_comm_s = j.value("pp_comm", 0.0);
+  b.dp_comm_s = j.value("dp_comm", 0.0);
+  b.bubble_s = j.value("bubble", 0.0);
+  b.imbalance_wait_s = j.value("imbalance_wait", 0.0);
+  b.swap_s = j.value("swap", 0.0);
+  b.host_bound_s = j.value("host_bound", 0.0);
+  b.other_s = j.value("other", 0.0);
   return b;
 }
 
@@ -510,29 +514,31 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   for (const StageResult& st : r.stages) {
     const MemoryBreakdown& m = st.memory;
     const json bd = to_json(st.breakdown);
-    stages.push_back({{"stage", st.stage},
-                      {"chunks", st.chunks},
-                      {"decoder_layers", st.decoder_layers},
-                      {"params_per_device", st.params},
-                      {"total_bytes", m.total()},
-                      {"weights_bytes", m.weights},
-                      {"gradients_bytes", m.gradients},
-                      {"optimizer_bytes", m.optimizer},
-                      {"activations_bytes", m.activations},
-                      {"transient_bytes", m.transient},
-                      {"reserved_bytes", m.reserved},
-                      {"swapped_to_host_bytes", m.swapped},
-                      {"activations_unoptimised_bytes", m.activations_unoptimised},
-                      {"activation_saving", m.activations_unoptimised > 0 ? 1.0 - m.activations / m.activations_unoptimised : 0.0},
-                      {"peak_inflight_microbatch_chunks", m.peak_inflight},
-                      {"breakdown_s", bd}});
+    stages.push_back(
+        {{"stage", st.stage},
+         {"chunks", st.chunks},
+         {"decoder_layers", st.decoder_layers},
+         {"params_per_device", st.params},
+         {"total_bytes", m.total()},
+         {"weights_bytes", m.weights_bytes},
+         {"gradients_bytes", m.gradients_bytes},
+         {"optimizer_bytes", m.optimizer_bytes},
+         {"activations_bytes", m.activations_bytes},
+         {"transient_bytes", m.transient_bytes},
+         {"reserved_bytes", m.reserved_bytes},
+         {"swapped_to_host_bytes", m.swapped_bytes},
+         {"activations_unoptimised_bytes", m.activations_unoptimised_bytes},
+         {"activation_saving",
+          m.activations_unoptimised_bytes > 0 ? 1.0 - m.activations_bytes / m.activations_unoptimised_bytes : 0.0},
+         {"peak_inflight_microbatch_chunks", m.peak_inflight},
+         {"breakdown_s", bd}});
   }
   j["memory"] = {{"peak_bytes_per_device", r.peak_memory_bytes},
                  {"capacity_bytes_per_device", r.capacity_bytes},
                  {"fits", r.memory_fits},
                  {"per_stage", stages}};
   j["breakdown_s"] = to_json(r.breakdown);
-  j["recompute_s"] = r.breakdown.recompute;
+  j["recompute_s"] = r.breakdown.recompute_s;
   j["comm_overlap_fraction"] = r.comm_overlap_fraction;
   j["comm_s_per_device"] = r.comm_seconds_per_device;
   if (s.model.is_moe()) {

@@ -88,8 +88,8 @@ InferenceModel::InferenceModel(const models::ModelSpec& m, const topologies::Clu
   tp_shape_ = analyze_group(topo, devs);
   if (pp > 1 && sd < topo.num_devices()) {
     const auto r = topo.route(0, sd);
-    pp_hop_bandwidth_ = r.bottleneck_bandwidth;
-    pp_hop_latency_ = r.latency;
+    pp_hop_bandwidth_ = r.bottleneck_bytes_per_s;
+    pp_hop_latency_ = r.latency_s;
   }
 }
 

@@ -323,7 +323,8 @@ TrainingRuns simulate_training(const RlScenario& s, RlResult& r) {
   r.critic_step_time_s = t.critic_step;
   for (const auto& st : t.train.stages)
     r.training_state_bytes_per_device =
-        std::max(r.training_state_bytes_per_device, st.memory.weights + st.memory.gradients + st.memory.optimizer);
+        std::max(r.training_state_bytes_per_device,
+                 st.memory.weights_bytes + st.memory.gradients_bytes + st.memory.optimizer_bytes);
   t.seconds = (r.training_step_time_s + t.critic_step) * s.rl.optimizer_steps;
   return t;
 }
@@ -470,7 +471,8 @@ Transfers role_switches_and_sync(const RlScenario& s, const topologies::Topology
   double critic_state = 0;
   if (parts.training.critic)
     for (const auto& st : parts.training.critic->stages)
-      critic_state = std::max(critic_state, st.memory.weights + st.memory.gradients + st.memory.optimizer);
+      critic_state =
+          std::max(critic_state, st.memory.weights_bytes + st.memory.gradients_bytes + st.memory.optimizer_bytes);
   const double params_bytes = parts.training.train.params_total * (prec == models::Precision::FP8 ? 1.0 : 2.0);
   if (rl.mode == RlMode::Colocated) {
     // Training state (weights, gradients, optimizer states) leaves for host memory while the
@@ -482,7 +484,7 @@ Transfers role_switches_and_sync(const RlScenario& s, const topologies::Topology
       x.switch_train = host_bw > 0 ? x.switch_bytes / host_bw : 0;
       x.switch_infer = x.switch_train;
       const auto route = topo.route(0, std::min(1, s.cluster.devices - 1));
-      x.sync = route.latency + im.weight_bytes_per_device() / std::max(1.0, route.bottleneck_bandwidth);
+      x.sync = route.latency_s + im.weight_bytes_per_device() / std::max(1.0, route.bottleneck_bytes_per_s);
     }
     x.sync_bytes = im.weight_bytes_per_device();
   } else {
@@ -492,7 +494,7 @@ Transfers role_switches_and_sync(const RlScenario& s, const topologies::Topology
     const auto route = topo.route(0, nt);
     const double send = params_bytes * parts.layout.instances / nt;
     const double recv = im.weight_bytes_per_device();
-    x.sync = route.latency + std::max(send, recv) / std::max(1.0, route.bottleneck_bandwidth);
+    x.sync = route.latency_s + std::max(send, recv) / std::max(1.0, route.bottleneck_bytes_per_s);
     x.sync_bytes = std::max(send, recv);
   }
   return x;

@@ -106,10 +106,10 @@ bool better(double a, const std::string& ka, double b, const std::string& kb) {
 }
 
 std::string bottleneck_of(const Breakdown& b) {
-  std::pair<double, const char*> parts[] = {{b.tp_comm, "tp_comm"},   {b.cp_comm, "cp_comm"}, {b.ep_comm, "ep_comm"},
-                                            {b.pp_comm, "pp_comm"},   {b.dp_comm, "dp_comm"}, {b.bubble, "bubble"},
-                                            {b.imbalance_wait, "imbalance"}, {b.swap, "swap"},
-                                            {b.host_bound, "host_bound"}};
+  std::pair<double, const char*> parts[] = {
+      {b.tp_comm_s, "tp_comm"},          {b.cp_comm_s, "cp_comm"}, {b.ep_comm_s, "ep_comm"},
+      {b.pp_comm_s, "pp_comm"},          {b.dp_comm_s, "dp_comm"}, {b.bubble_s, "bubble"},
+      {b.imbalance_wait_s, "imbalance"}, {b.swap_s, "swap"},       {b.host_bound_s, "host_bound"}};
   const char* name = "compute";
   double worst = 0.15 * b.total();  // anything below 15% of the step is not "the" bottleneck
   for (auto [v, n] : parts)

@@ -47,10 +47,10 @@ struct GroupShape {
   int nodes = 1;     ///< servers spanned
   int per_node = 1;  ///< members per server (the groups are regular)
   bool mesh = false;  ///< scale-up is a full mesh: one link per pair of members
-  double intra_bandwidth = 0;  ///< bytes/s: per link (mesh) or per member (switch)
-  double intra_latency = 0;    ///< seconds per step
-  double inter_bandwidth = 0;  ///< bytes/s per member across servers
-  double inter_latency = 0;    ///< seconds per step
+  double intra_bytes_per_s = 0;  ///< bytes/s: per link (mesh) or per member (switch)
+  double intra_latency_s = 0;    ///< seconds per step
+  double inter_bytes_per_s = 0;  ///< bytes/s per member across servers
+  double inter_latency_s = 0;    ///< seconds per step
   [[nodiscard]] bool single() const { return size <= 1; }
   [[nodiscard]] bool spans_nodes() const { return nodes > 1; }
   [[nodiscard]] bool shares_node() const { return per_node > 1; }

@@ -91,8 +91,8 @@ struct VertexProps {
 };
 
 struct LinkProps {
-  double bandwidth = 0;  ///< achievable bytes/s in this direction
-  double latency = 0;    ///< seconds
+  double bytes_per_s = 0;  ///< achievable bytes/s in this direction
+  double latency_s = 0;    ///< seconds
   LinkKind kind = LinkKind::ScaleUp;
   int id = -1;  ///< dense index 0..num_links()-1 of this directed link (set when the Topology is made)
 };
@@ -108,8 +108,8 @@ struct Hop {
 
 struct Route {
   std::vector<Hop> hops;
-  double bottleneck_bandwidth = 0;  ///< bytes/s
-  double latency = 0;               ///< seconds, sum over hops
+  double bottleneck_bytes_per_s = 0;  ///< bytes/s
+  double latency_s = 0;               ///< seconds, sum over hops
   bool same_node = true;
   bool crosses_fabric = false;  ///< goes through a spine (between leaves)
 };

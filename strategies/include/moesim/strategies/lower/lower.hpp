@@ -50,18 +50,20 @@ struct SimRank {
 };
 
 struct MemoryBreakdown {
-  double weights = 0;
-  double gradients = 0;
-  double optimizer = 0;
-  double activations = 0;  ///< peak of the in-flight micro-batches under the schedule
-  double transient = 0;    ///< working buffers of one operator (logits, gathered inputs)
-  double reserved = 0;     ///< runtime, communication buffers, fragmentation
-  int peak_inflight = 0;   ///< micro-batch chunks alive at the activation peak
-  double swapped = 0;      ///< activation bytes held in host memory at the peak (not in total())
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;  ///< peak of the in-flight micro-batches under the schedule
+  double transient_bytes = 0;    ///< working buffers of one operator (logits, gathered inputs)
+  double reserved_bytes = 0;     ///< runtime, communication buffers, fragmentation
+  int peak_inflight = 0;         ///< micro-batch chunks alive at the activation peak
+  double swapped_bytes = 0;      ///< activation bytes held in host memory at the peak (not in total())
   /// In-flight activations at the peak under the same schedule without recomputation or
-  /// swapping: what the memory optimisations save is 1 - activations / this.
-  double activations_unoptimised = 0;
-  [[nodiscard]] double total() const { return weights + gradients + optimizer + activations + transient + reserved; }
+  /// swapping: what the memory optimisations save is 1 - activations_bytes / this.
+  double activations_unoptimised_bytes = 0;
+  [[nodiscard]] double total() const {
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + transient_bytes + reserved_bytes;
+  }
 };
 
 struct StageInfo {

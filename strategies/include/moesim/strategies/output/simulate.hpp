@@ -28,21 +28,21 @@ namespace moesim::strategies {
 inline constexpr const char* kVersion = "0.1.0";
 
 struct Breakdown {
-  double compute = 0;  ///< model compute including recomputation
-  double tp_comm = 0;
-  double cp_comm = 0;
-  double ep_comm = 0;
-  double pp_comm = 0;
-  double dp_comm = 0;
-  double bubble = 0;
-  double imbalance_wait = 0;  ///< waiting for slower peers (routing skew); 0 without skew
-  double swap = 0;            ///< activation copies to and from host memory not hidden by other work
-  double host_bound = 0;      ///< device idle waiting for the host to launch the next kernel
-  double other = 0;           ///< optimizer step
-  double recompute = 0;       ///< part of `compute` spent recomputing (informational)
+  double compute_s = 0;  ///< model compute_s including recomputation
+  double tp_comm_s = 0;
+  double cp_comm_s = 0;
+  double ep_comm_s = 0;
+  double pp_comm_s = 0;
+  double dp_comm_s = 0;
+  double bubble_s = 0;
+  double imbalance_wait_s = 0;  ///< waiting for slower peers (routing skew); 0 without skew
+  double swap_s = 0;            ///< activation copies to and from host memory not hidden by other_s work
+  double host_bound_s = 0;      ///< device idle waiting for the host to launch the next kernel
+  double other_s = 0;           ///< optimizer step
+  double recompute_s = 0;       ///< part of `compute_s` spent recomputing (informational)
   [[nodiscard]] double total() const {
-    return compute + tp_comm + cp_comm + ep_comm + pp_comm + dp_comm + bubble + imbalance_wait + swap + host_bound +
-           other;
+    return compute_s + tp_comm_s + cp_comm_s + ep_comm_s + pp_comm_s + dp_comm_s + bubble_s + imbalance_wait_s +
+           swap_s + host_bound_s + other_s;
   }
 };
 
