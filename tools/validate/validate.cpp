@@ -573,7 +573,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       for (const auto& ov : opt.overrides) apply_override(doc, ov, set_diag);
       set_diag.throw_if_any();
       strategies::Scenario sc = strategies::load_scenario(doc, file + " case " + o.id, "");
-      sc.simulation.fidelity = opt.fidelity;
+      strategies::set_fidelity(sc, opt.fidelity);
       const strategies::Simulation sim = strategies::simulate(sc, opt.cancel);
       o.predicted_s = sim.result.step_time_s;
       o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;

@@ -600,6 +600,28 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
 
 }  // namespace
 
+void set_plan(Scenario& s, const Plan& p, const nlohmann::json& parallelism) {
+  s.plan = p;
+  s.document["parallelism"] = parallelism;
+}
+
+void set_fidelity(Scenario& s, Fidelity f) {
+  s.simulation.fidelity = f;
+  if (!s.document.contains("simulation")) s.document["simulation"] = nlohmann::json::object();
+  if (s.document["simulation"].is_object()) s.document["simulation"]["fidelity"] = fidelity_name(f);
+}
+
+void set_devices(Scenario& s, int devices) {
+  s.cluster.devices = devices;
+  if (s.document.contains("cluster") && s.document["cluster"].is_object()) s.document["cluster"]["devices"] = devices;
+}
+
+void set_global_batch_size(Scenario& s, std::int64_t global_batch_size) {
+  s.training.global_batch_size = global_batch_size;
+  if (s.document.contains("training") && s.document["training"].is_object())
+    s.document["training"]["global_batch_size"] = global_batch_size;
+}
+
 std::string canonical_override(const nlohmann::json& doc, const std::string& assignment) {
   for (const std::string section : {"parallelism", "search"}) {
     const std::string prefix = section + ".";

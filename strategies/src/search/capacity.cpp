@@ -141,13 +141,10 @@ std::vector<int> default_capacity_sizes(const Scenario& s) {
 
 Scenario scenario_at_size(const Scenario& base, int devices, BatchScaling batch) {
   Scenario s = base;
-  s.cluster.devices = devices;
-  if (s.document.contains("cluster") && s.document["cluster"].is_object()) s.document["cluster"]["devices"] = devices;
+  set_devices(s, devices);
   if (batch == BatchScaling::Proportional) {
     const double scaled = static_cast<double>(base.training.global_batch_size) * devices / base.cluster.devices;
-    s.training.global_batch_size = std::max<std::int64_t>(1, std::llround(scaled));
-    if (s.document.contains("training") && s.document["training"].is_object())
-      s.document["training"]["global_batch_size"] = s.training.global_batch_size;
+    set_global_batch_size(s, std::max<std::int64_t>(1, std::llround(scaled)));
   }
   s.plan.dp = 0;  // derived again by whichever plan replaces this one
   return s;

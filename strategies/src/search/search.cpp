@@ -228,9 +228,8 @@ void resume_result(const JournalEntry& prev, const SearchJournal& journal, const
 /// The candidate's plan event-simulated, its result appended to the results file.
 void simulate_result(const SearchContext& ctx, const Candidate& c, SearchJournal& journal, RankedPlan& r) {
   Scenario sc = ctx.base;
-  sc.plan = c.plan;
-  sc.simulation.fidelity = ctx.space.fidelity;
-  sc.document["parallelism"] = r.plan_json;
+  set_plan(sc, c.plan, r.plan_json);
+  set_fidelity(sc, ctx.space.fidelity);
   const Simulation sim = simulate(sc, ctx.opt.cancel);
   const Result& res = sim.result;
   r.feasible = res.feasible;

@@ -182,6 +182,14 @@ struct Scenario {
   }
 };
 
+/// Changing a loaded scenario. Its typed fields and `document` (which outputs echo, error
+/// messages quote and search fingerprints hash) must say the same thing: outside loading, a
+/// scenario is changed only through these, which update both.
+void set_plan(Scenario& s, const Plan& p, const nlohmann::json& parallelism);
+void set_fidelity(Scenario& s, Fidelity f);
+void set_devices(Scenario& s, int devices);
+void set_global_batch_size(Scenario& s, std::int64_t global_batch_size);
+
 /// Loads and validates a scenario document. Throws ConfigError listing every problem.
 Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir);
 /// Reads SCENARIO ("-" for stdin), applies `--set` overrides, loads. Throws ConfigError.
