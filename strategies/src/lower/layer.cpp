@@ -43,6 +43,12 @@ int moe_ordinal(const models::ModelSpec& m, const models::PipelineItem& item) {
   return -1;
 }
 
+bool is_moe_item(const models::ModelSpec& m, const models::PipelineItem& item) {
+  if (!m.is_moe()) return false;
+  if (item.kind == models::ItemKind::Decoder) return m.is_moe_layer[item.index];
+  return item.kind == models::ItemKind::Mtp && !m.is_moe_layer.empty() && m.is_moe_layer.back();
+}
+
 std::string item_prefix(const models::PipelineItem& it) {
   switch (it.kind) {
     case models::ItemKind::Embedding: return "emb.";

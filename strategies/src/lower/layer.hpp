@@ -55,6 +55,8 @@ struct ItemProgram {
 
 /// MoE layer ordinal of an item (-1: not an MoE layer); MTP layers follow the decoder's.
 [[nodiscard]] int moe_ordinal(const models::ModelSpec& m, const models::PipelineItem& item);
+/// Whether an item is an MoE layer (moe_ordinal(m, item) >= 0, without counting).
+[[nodiscard]] bool is_moe_item(const models::ModelSpec& m, const models::PipelineItem& item);
 /// Label prefix of an item's steps ("L12.", "emb.", "head.", "mtp0.").
 [[nodiscard]] std::string item_prefix(const models::PipelineItem& it);
 /// Transformer Engine casts (and transposes) each FP8 GEMM operand: read BF16, write FP8 twice

@@ -18,10 +18,12 @@ void StageNetwork::set_stage(int stage) {
   const auto& spec = topo_.spec();
   const long long span = 1LL * spec.devices_per_node * spec.nodes_per_leaf;
   const int offset = static_cast<int>((1LL * stage * lay_.block) % std::max(1LL, span));
+  const bool devices = model_.needs_devices();
   for (int g = 0; g < kNumGroupKinds; ++g) {
     const auto kind = static_cast<GroupKind>(g);
     devices_[g].clear();
-    for (int l : lay_.members(kind, 0)) devices_[g].push_back(stage * lay_.block + l);
+    if (devices)
+      for (int l : lay_.members(kind, 0)) devices_[g].push_back(stage * lay_.block + l);
     const std::array<int, 8> key{g, lay_.tp, lay_.cp, lay_.dp, lay_.ep, lay_.etp, offset, 0};
     if (cache_ != nullptr) {
       auto it = cache_->shapes.find(key);
@@ -30,6 +32,8 @@ void StageNetwork::set_stage(int stage) {
         continue;
       }
     }
+    if (!devices)
+      for (int l : lay_.members(kind, 0)) devices_[g].push_back(stage * lay_.block + l);
     shape_[g] = topologies::analyze_group(topo_, devices_[g]);
     if (cache_ != nullptr) cache_->shapes.emplace(key, shape_[g]);
   }
@@ -59,7 +63,7 @@ Step StageNetwork::step(GroupKind g, Collective kind, double bytes, sim::Categor
     if (algo == Algorithm::AllGatherAllToAll) dedup = 1.0 / std::max(1, top_k_);
   }
   const auto& devs = devices_[static_cast<int>(g)];
-  GroupPlacement where{&sh, devs, {}, std::max(1, lay_.block / static_cast<int>(devs.size()))};
+  GroupPlacement where{&sh, devs, {}, std::max(1, lay_.block / sh.size)};
   const CollectiveCost c = model_.collective(kind, bytes, where, algo, dedup);
   st.duration = to_ticks(c.time);
   note(g, kind, c, bytes, sh.size, count);

@@ -120,7 +120,7 @@ class Screen {
 
 const ItemCost& Screen::cost_of(int item_idx, bool full) {
   const auto& item = w_.items[item_idx];
-  const ItemKey key{spec_, item.program, item.kind, lowering::moe_ordinal(s_.model, item) >= 0, full, group_};
+  const ItemKey key{spec_, item.program, item.kind, lowering::is_moe_item(s_.model, item), full, group_};
   auto it = cache_.items.find(key);
   if (it != cache_.items.end()) return it->second;
   const ItemProgram ip = layers_.build(item, full, group_, 0);

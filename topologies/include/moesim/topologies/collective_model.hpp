@@ -39,6 +39,8 @@ class CollectiveModel {
  public:
   virtual ~CollectiveModel() = default;
   [[nodiscard]] virtual const char* name() const = 0;
+  /// Whether the model looks at GroupPlacement::devices (callers may skip computing them).
+  [[nodiscard]] virtual bool needs_devices() const = 0;
   /// Every member contributes `bytes` (all-to-all: sends bytes / size to each member).
   virtual CollectiveCost collective(Collective kind, double bytes, const GroupPlacement& g, Algorithm algo,
                                     double dedup) = 0;
@@ -50,6 +52,7 @@ class CollectiveModel {
 class AnalyticalCollectives final : public CollectiveModel {
  public:
   [[nodiscard]] const char* name() const override { return "analytical"; }
+  [[nodiscard]] bool needs_devices() const override { return false; }
   CollectiveCost collective(Collective kind, double bytes, const GroupPlacement& g, Algorithm algo,
                             double dedup) override;
   CollectiveCost alltoallv(const std::vector<std::vector<double>>& bytes, const GroupPlacement& g, Algorithm algo,
@@ -60,6 +63,7 @@ class FlowCollectiveModel final : public CollectiveModel {
  public:
   explicit FlowCollectiveModel(const Topology& topo) : flows_(topo) {}
   [[nodiscard]] const char* name() const override { return "flow"; }
+  [[nodiscard]] bool needs_devices() const override { return true; }
   CollectiveCost collective(Collective kind, double bytes, const GroupPlacement& g, Algorithm algo,
                             double dedup) override;
   CollectiveCost alltoallv(const std::vector<std::vector<double>>& bytes, const GroupPlacement& g, Algorithm algo,
