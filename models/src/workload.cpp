@@ -166,8 +166,10 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     // Flash attention keeps Q, K, V (the up-projection outputs) and its softmax statistics.
     core.rerun_tag = recompute::kCoreAttn;
     ops.push_back(saving(core, heads * (2 * qk + m.v_head_dim) * B + heads * 4.0, SavedLayout::Split, recompute::kMlaUp));
-    ops.push_back(saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * m.v_head_dim, h),
-                         heads * m.v_head_dim * B, SavedLayout::Split, recompute::kCoreAttn));
+    Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * m.v_head_dim, h), heads * m.v_head_dim * B,
+                  SavedLayout::Split, recompute::kCoreAttn);
+    o.saved_input_shared = true;
+    ops.push_back(o);
   } else {
     const double d = m.head_dim;
     const double kvh = m.kv_heads;
@@ -191,8 +193,10 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.window = static_cast<double>(m.sliding_window);
     core.rerun_tag = recompute::kCoreAttn;
     ops.push_back(saving(core, (heads + 2 * kvh) * d * B + heads * 4.0, SavedLayout::Split, 0));
-    ops.push_back(saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * d, h), heads * d * B,
-                         SavedLayout::Split, recompute::kCoreAttn));
+    Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * d, h), heads * d * B, SavedLayout::Split,
+                  recompute::kCoreAttn);
+    o.saved_input_shared = true;
+    ops.push_back(o);
   }
   ops.push_back(comm(p + "attn_scatter", Comm::TpScatter, h * B));
   if (m.sandwich_norm) ops.push_back(norm(p + "attn_post_norm", h));
@@ -227,8 +231,10 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   const double f = static_cast<double>(m.expert_ffn_hidden);
   ops.push_back(norm(p + "moe_norm", h));
   // Router on the sequence shard: logits, then softmax / top-k in FP32.
-  ops.push_back(saving(gemm(p + "router", Region::Sequence, Split::None, h, e), h * B, SavedLayout::Sequence,
-                       recompute::kNorm));
+  Op router = saving(gemm(p + "router", Region::Sequence, Split::None, h, e), h * B, SavedLayout::Sequence,
+                     recompute::kNorm);
+  router.not_fp8 = true;
+  ops.push_back(router);
   ops.push_back(saving(vec(p + "router_topk", Region::Sequence, e * (B + 4.0 + 4.0)), e * 4.0, SavedLayout::Sequence, 0));
   ops.push_back(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B));
   ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe));
@@ -294,6 +300,7 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   // Tied output weights are the embedding table; Megatron keeps a copy on the last pipeline
   // stage (synchronised by an embedding-gradient all-reduce), so memory still counts it there.
   lm.shares_embedding = m.tie_embeddings;
+  lm.not_fp8 = true;
   ops.push_back(saving(lm, h * B, SavedLayout::Sequence, recompute::kNorm));
   // Vocabulary-parallel cross-entropy in FP32: read logits, exp / max / sum passes, write
   // softmax; the softmax is kept for backward.

@@ -418,12 +418,22 @@ ConvertedCase case_to_scenario(const json& c) {
   }
   const std::string zero = lower(text_of(par, "zero_or_fsdp"));
   bool distopt = has(zero, "distributed") || has(zero, "zero") || has(zero, "fsdp");
+  if (!distopt && nemo && zero.empty()) {
+    // NeMo 2.0's Megatron strategy recipes build MegatronOptimizerModule with
+    // use_distributed_optimizer=True unless a recipe turns it off.
+    distopt = true;
+    notes.push_back("NeMo default: distributed optimizer");
+  }
   if (!distopt && has(overlap, "overlap-param-gather")) {
     distopt = true;  // Megatron's --overlap-param-gather requires the distributed optimizer
     notes.push_back("distributed optimizer implied by --overlap-param-gather");
   }
   p["use_distributed_optimizer"] = distopt;
-  if (has(zero, "fsdp")) notes.push_back("FSDP approximated by the distributed optimizer");
+  if (has(zero, "fsdp")) {
+    // Megatron-FSDP's default strategy shards parameters, gradients and optimizer states.
+    p["data_parallel_sharding_strategy"] = "optim_grads_params";
+    notes.push_back("Megatron-FSDP: parameters, gradients and optimizer states sharded (optim_grads_params)");
+  }
   // The Megatron-MoE-ModelZoo benchmarking configs (model_configs/benchmarking/*.yaml) pass
   // --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer, and
   // Megatron-FSDP overlaps its parameter gathers and gradient reduce-scatters with compute by

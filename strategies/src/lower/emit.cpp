@@ -56,7 +56,9 @@ class Emitter {
   void instantiate(const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out);
   void instantiate_pair(const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
                         std::vector<sim::TaskId>& out_b, int stage, bool balance);
-  TaskLists emit_dp(int stage, double params_dense, double params_expert, bool gather, const std::string& label);
+  /// `whole`: one collective for all the parameters (an FSDP unit), not 40M-parameter buckets.
+  TaskLists emit_dp(int stage, double params_dense, double params_expert, bool gather, const std::string& label,
+                    Stream stream = Stream::Dp, bool whole = false);
   const Program& program_of(int stage, const PipeOp& op) const;
   void emit_stage(int stage);
   void finish_op(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks,
@@ -64,6 +66,8 @@ class Emitter {
   void link_pass(int stage, int pos, const PipeOp& op, bool fused);
   void swap_activations(int stage, int pos, const PipeOp& op);
   void reduce_item_gradients(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks);
+  void sharded_parameters(const StageState& ss, const PipeOp& op, const Program& prog,
+                          const std::vector<sim::TaskId>& tasks);
   void emit_sends();
   void emit_step_end(int stage);
   std::vector<sim::TaskId> emit_optimizer(int stage, double shard);
@@ -304,7 +308,7 @@ void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::Task
 // stage, split into buckets (Megatron's default bucket size); returns the tasks created for
 // each rank of the stage.
 Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double params_expert, bool gather,
-                                    const std::string& label) {
+                                    const std::string& label, Stream stream, bool whole) {
   TaskLists created(per_stage_);
   // BF16 parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
   const double bytes_per_param = gather ? 2.0 : (p_.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam);
@@ -312,8 +316,8 @@ Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double param
       gather ? Collective::AllGather : (p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce);
   for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
     if (params <= 0 || in_.net.shape(g).size <= 1) continue;
-    const int buckets = std::max(1, static_cast<int>(std::ceil(params / kGradientBucketParams)));
-    const Step st = in_.net.step(g, op, params / buckets * bytes_per_param, kDpComm, Stream::Dp,
+    const int buckets = whole ? 1 : std::max(1, static_cast<int>(std::ceil(params / kGradientBucketParams)));
+    const Step st = in_.net.step(g, op, params / buckets * bytes_per_param, kDpComm, stream,
                                  builder_.label(label + (g == GroupKind::Edp ? ".expert" : "")), buckets);
     if (st.duration == 0) continue;
     const bool shared = shared_group(g, in_.simulated.locals[0]);
@@ -413,8 +417,58 @@ void Emitter::finish_op(StageState& ss, const PipeOp& op, const Program& prog, c
     }
   }
   if (op.phase == Phase::Forward) ss.first_fwd_seen[op.chunk] = true;
-  if (op.phase == grads_done_ && p_.overlap_grad_reduce && op.microbatch == ss.last_bwd_mb[op.chunk])
+  if (p_.dp_sharding == DpSharding::Full) {
+    sharded_parameters(ss, op, prog, tasks);
+  } else if (op.phase == grads_done_ && p_.overlap_grad_reduce && op.microbatch == ss.last_bwd_mb[op.chunk]) {
     reduce_item_gradients(ss, op, prog, tasks);
+  }
+}
+
+// Fully sharded parameters (ZeRO-3, FSDP): every pass gathers each item's weights before the
+// item runs — the forward, and the backward again after a reshard — one item ahead of the
+// compute at most (the gather of item k waits for item k - 2 to finish: FSDP's prefetch of the
+// next layer), and every pass that completes gradients reduce-scatters each item's gradients
+// as soon as they are done (each micro-batch: unsharded gradients are not kept).
+void Emitter::sharded_parameters(const StageState& ss, const PipeOp& op, const Program& prog,
+                                 const std::vector<sim::TaskId>& tasks) {
+  const int stage = ss.stage;
+  const auto& items = in_.stages[stage].chunk_items[op.chunk];
+  const int n = static_cast<int>(items.size());
+  int entry = 0;
+  while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
+  const bool forward = op.phase == Phase::Forward;
+  const bool gather = forward || (op.phase == Phase::Backward && p_.reshard_after_forward);
+  if (gather) {
+    // Items in the order the pass runs them: forward 0..n-1, backward n-1..0.
+    for (int j = 0; j < n; ++j) {
+      const int k = forward ? j : n - 1 - j;
+      const int before = forward ? k - 1 : k + 1;  // the item that runs just before
+      const int begin = j == 0 ? entry : prog.item_end[before] + 1;
+      if (begin < 0 || begin >= static_cast<int>(prog.steps.size())) continue;
+      const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
+      auto ag = emit_dp(stage, pd, pe, true, "fsdp_gather." + item_prefix(in_.workload.items[items[k]]), Stream::Dp,
+                        true);
+      const int two_before = forward ? k - 2 : k + 2;
+      for (int l = 0; l < per_stage_; ++l)
+        for (sim::TaskId t : ag[l]) {
+          builder_.depend(t, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
+          if (j >= 2 && prog.item_end[two_before] >= 0)
+            builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[two_before]) * per_stage_ + l], t);
+        }
+    }
+  }
+  if (op.phase != grads_done_) return;
+  for (int k = n - 1; k >= 0; --k) {
+    if (prog.item_end[k] < 0) continue;
+    const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
+    auto rs = emit_dp(stage, pd, pe, false, "fsdp_reduce." + item_prefix(in_.workload.items[items[k]]),
+                      Stream::DpReduce, true);
+    for (int l = 0; l < per_stage_; ++l)
+      for (sim::TaskId t : rs[l]) {
+        builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[k]) * per_stage_ + l], t);
+        dp_tasks_[rank_index(stage, l)].push_back(t);
+      }
+  }
 }
 
 void Emitter::emit_stage(int stage) {
@@ -427,7 +481,7 @@ void Emitter::emit_stage(int stage) {
   // buckets only (Megatron waits per bucket in a forward pre-hook) — steady state of a
   // periodic step.
   ss.item_gather.resize(vpp_);
-  if (p_.distributed_optimizer && p_.overlap_param_gather) {
+  if (p_.distributed_optimizer && p_.overlap_param_gather && p_.dp_sharding != DpSharding::Full) {
     for (int c = 0; c < vpp_; ++c) {
       const auto& items = si.chunk_items[c];
       for (std::size_t k = 0; k < items.size(); ++k) {
@@ -565,7 +619,8 @@ std::vector<sim::TaskId> Emitter::emit_optimizer(int stage, double shard) {
 void Emitter::emit_step_end(int stage) {
   in_.net.set_stage(stage);
   const StageInfo& si = in_.stages[stage];
-  if (!p_.overlap_grad_reduce) {
+  const bool full = p_.dp_sharding == DpSharding::Full;  // reduced and gathered per item and micro-batch
+  if (!p_.overlap_grad_reduce && !full) {
     auto rs = emit_dp(stage, si.params_dense, si.params_expert, false, "grad_reduce");
     for (int l = 0; l < per_stage_; ++l)
       for (sim::TaskId t : rs[l]) {
@@ -593,7 +648,7 @@ void Emitter::emit_step_end(int stage) {
       builder_.depend(opt[l], t);
     }
   }
-  if (p_.distributed_optimizer && !p_.overlap_param_gather) {
+  if (p_.distributed_optimizer && !p_.overlap_param_gather && !full) {
     auto ag = emit_dp(stage, si.params_dense, si.params_expert, true, "param_gather");
     for (int l = 0; l < per_stage_; ++l)
       for (sim::TaskId t : ag[l]) builder_.depend(opt[l], t);

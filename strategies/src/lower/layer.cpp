@@ -114,6 +114,16 @@ double LayerBuilder::saved_tokens(const Op& op) const {
   return tok_.Tc;
 }
 
+double LayerBuilder::saved_precision_factor(const Op& op) const {
+  // FP8 recipes (Transformer Engine's Linear / LayerNormLinear / GroupedLinear; the router and
+  // the output layer are not TE layers and stay in 16 bits): a GEMM keeps the
+  // FP8 cast of its input for the weight gradient, 1 byte per element instead of 2. Where the
+  // 16-bit input is kept anyway by the operator before it (the attention output, which flash
+  // attention keeps), the FP8 copy comes on top.
+  if (ctx_.precision != models::Precision::FP8 || op.kind != OpKind::Gemm || op.not_fp8) return 1.0;
+  return op.saved_input_shared ? 1.5 : 0.5;
+}
+
 Step LayerBuilder::compute(sim::Category cat, Seconds t, double flops, const std::string& label) {
   Step st;
   st.duration = to_ticks(t);
@@ -480,7 +490,7 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
   // Activations kept for backward and the largest working buffer.
   const std::uint32_t modules = spec_.recompute_modules;
   for (const Op& op : prog.ops) {
-    const double bytes = op.saved_bytes * saved_tokens(op);
+    const double bytes = op.saved_bytes * saved_tokens(op) * saved_precision_factor(op);
     ip.act_bytes_full += bytes;
     const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);
     if (!dropped) ip.act_bytes += bytes;
@@ -500,7 +510,12 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
       const GemmShape g = gemm_shape(op);
       out_bytes = g.m * g.n * g.batch * models::kActivationBytes;
     }
-    if (op.name.find("cross_entropy") != std::string::npos) out_bytes = op.bytes_per_token * tok_.Tc / spec_.tp;
+    // Vocabulary-parallel cross-entropy (Megatron-core tensor_parallel/cross_entropy.py): the
+    // 16-bit logits are cast to an FP32 copy that is exponentiated in place and kept as the
+    // saved softmax (counted above); besides it, the 16-bit logits while they are cast and the
+    // 16-bit gradient handed to the output layer: a 16-bit buffer, twice as in the rule below.
+    if (op.name.find("cross_entropy") != std::string::npos)
+      out_bytes = static_cast<double>(ctx_.model.vocab) * models::kActivationBytes * tok_.Tc / spec_.tp;
     ip.transient = std::max(ip.transient, 2.0 * out_bytes);
     // Parameters held by one rank.
     double params = op.params;

@@ -37,6 +37,7 @@ const char* stream_name(Stream s) {
     case Stream::Host: return "host";
     case Stream::Launch: return "launch";
     case Stream::HostIn: return "host_in";
+    case Stream::DpReduce: return "dp_reduce";
   }
   return "?";
 }
@@ -260,6 +261,8 @@ void Lowering::stage_memories() {
     in.largest_chunk_activations = 0;
     for (double a : programs_.act[stage]) in.largest_chunk_activations = std::max(in.largest_chunk_activations, a);
     in.transient_bytes = si.memory.transient_bytes;
+    for (const auto& chunk : programs_.item_params[stage])
+      for (const auto& [pd, pe] : chunk) in.largest_item_params = std::max(in.largest_item_params, pd + pe);
     si.memory = stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
   }
 }

@@ -8,9 +8,19 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
                              const StageMemoryInput& in) {
   MemoryBreakdown mem;
   const double params = in.params_dense + in.params_expert;
-  mem.weights_bytes = params * weight_bytes_per_param(precision);
+  const double shard = optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
+  const double wb = weight_bytes_per_param(precision);
+  mem.weights_bytes = params * wb;
   mem.gradients_bytes = params * kMainGradBytesPerParam;
-  mem.optimizer_bytes = kAdamStateBytesPerParam * optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
+  if (p.dp_sharding == DpSharding::OptimizerGradients) {
+    mem.gradients_bytes = std::min(params, shard + std::min(params, kGradientBucketParams)) * kMainGradBytesPerParam;
+  } else if (p.dp_sharding == DpSharding::Full) {
+    const double item = std::min(params, in.largest_item_params);
+    const double gathered = p.reshard_after_forward ? std::min(params, 2.0 * item) : params;
+    mem.weights_bytes = std::min(params, shard + gathered) * wb;
+    mem.gradients_bytes = std::min(params, shard + item) * kMainGradBytesPerParam;
+  }
+  mem.optimizer_bytes = kAdamStateBytesPerParam * shard;
   if (p.swap_optimizer) {
     // Optimizer states live in host memory; one gradient bucket's states are on the device
     // at a time while the step streams through them.

@@ -90,9 +90,12 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||
                key == "overlap_param_gather" || key == "moe_tp_extend_ep" || key == "tp_comm_overlap" ||
                key == "moe_fb_overlap" || key == "moe_shared_expert_overlap" || key == "moe_alltoall_overlap_comm" ||
-               key == "swap_optimizer" ||
+               key == "swap_optimizer" || key == "use_megatron_fsdp" ||
                key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
+    } else if (key == "data_parallel_sharding_strategy") {
+      if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
+      else par[key] = value;
     } else if (key == "recompute_modules") {
       nlohmann::json mods = nlohmann::json::array();
       mods.push_back(value);

@@ -86,10 +86,33 @@ void parse_sizes(ObjectReader& r, Plan& p) {
   p.mbs = static_cast<int>(r.integer({"micro_batch_size", "mbs"}, 1, 1, kMax));
 }
 
+/// Data-parallel sharding, under any of its names: Megatron's use_distributed_optimizer (ZeRO-1),
+/// Megatron-FSDP's use_megatron_fsdp + data_parallel_sharding_strategy, DeepSpeed's zero_stage,
+/// PyTorch's fsdp / fully_shard (ZeRO-3). Names that disagree are an error.
+void parse_dp_sharding(ObjectReader& r, Plan& p, Diagnostics& diag) {
+  static constexpr std::string_view kStrategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+  std::optional<DpSharding> by_strategy, by_stage;
+  if (auto st = r.opt_string({"data_parallel_sharding_strategy"}, std::span<const std::string_view>(kStrategies)))
+    for (int i = 0; i < 4; ++i)
+      if (*st == kStrategies[i]) by_strategy = static_cast<DpSharding>(i);
+  if (auto z = r.opt_integer({"zero_stage"}, 0, 3)) by_stage = static_cast<DpSharding>(*z);
+  const bool fsdp = r.boolean({"use_megatron_fsdp", "fsdp", "fully_shard"}, false);
+  const bool distopt = r.boolean({"use_distributed_optimizer"}, false);
+  if (by_strategy && by_stage && *by_strategy != *by_stage)
+    diag.error(r.child_pointer("zero_stage"), std::to_string(static_cast<int>(*by_stage)),
+               std::string("disagrees with data_parallel_sharding_strategy \"") + dp_sharding_name(*by_strategy) + "\"");
+  DpSharding s = by_strategy ? *by_strategy : by_stage ? *by_stage : DpSharding::None;
+  if (fsdp && !by_strategy && !by_stage) s = DpSharding::Full;  // Megatron-FSDP's and FSDP's default
+  if (distopt && s == DpSharding::None && !by_strategy && !by_stage) s = DpSharding::Optimizer;
+  p.dp_sharding = s;
+  p.distributed_optimizer = s != DpSharding::None;
+  p.reshard_after_forward = r.boolean({"fsdp_reshard_after_forward", "reshard_after_forward"}, true);
+}
+
 /// Optimizer, overlap and swap switches.
 void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.sequence_parallel = r.boolean({"sequence_parallel"}, false);
-  p.distributed_optimizer = r.boolean({"use_distributed_optimizer"}, false);
+  parse_dp_sharding(r, p, diag);
   p.moe_tp_extend_ep = r.boolean({"moe_tp_extend_ep"}, false);
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
@@ -599,6 +622,16 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
 };
 
 }  // namespace
+
+const char* dp_sharding_name(DpSharding s) {
+  switch (s) {
+    case DpSharding::None: return "no_shard";
+    case DpSharding::Optimizer: return "optim";
+    case DpSharding::OptimizerGradients: return "optim_grads";
+    case DpSharding::Full: return "optim_grads_params";
+  }
+  return "no_shard";
+}
 
 void set_plan(Scenario& s, const Plan& p, const nlohmann::json& parallelism) {
   s.plan = p;

@@ -54,12 +54,12 @@ struct ItemCost {
 
 /// Per stage, one micro-batch through all its chunks.
 struct StageSums {
-  std::vector<double> F, B, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert;
+  std::vector<double> F, B, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
   double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
   std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
   explicit StageSums(int pp)
       : F(pp, 0.0), B(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
-        transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0) {}
+        transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0), item_params_max(pp, 0.0) {}
 };
 
 }  // namespace
@@ -174,6 +174,7 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
       ss.transient[st] = std::max(ss.transient[st], c.transient);
       ss.params_dense[st] += c.params_dense;
       ss.params_expert[st] += c.params_expert;
+      ss.item_params_max[st] = std::max(ss.item_params_max[st], c.params_dense + c.params_expert);
       if (st == 0) {
         ss.compute_total += c.fwd_compute_s + c.bwd_compute_s;
         ss.comm_total += (c.fwd_s + c.bwd_s) - (c.fwd_compute_s + c.bwd_compute_s);
@@ -198,6 +199,7 @@ double Screen::peak_memory(const StageSums& ss) const {
     in.peak_activations = in.peak_inflight * (ss.act_sum[st] / p_.vpp);
     in.largest_chunk_activations = ss.act_chunk_max[st];
     in.transient_bytes = ss.transient[st];
+    in.largest_item_params = ss.item_params_max[st];
     const MemoryBreakdown mem =
         stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
     peak = std::max(peak, mem.total());
@@ -223,6 +225,13 @@ double Screen::dp_exposed(const StageSums& ss) const {
     const double ag = p_.distributed_optimizer ? coll(GroupKind::Dp, Collective::AllGather, pd * 2.0) +
                                                      coll(GroupKind::Edp, Collective::AllGather, pe * 2.0)
                                                : 0.0;
+    if (p_.dp_sharding == DpSharding::Full) {
+      // Per item and micro-batch: gathers before the forward (and the backward after a
+      // reshard), a reduce-scatter after the backward, prefetched under the passes' compute.
+      const double per_mb = ag * (p_.reshard_after_forward ? 2.0 : 1.0) + rs;
+      exposed = std::max(exposed, p_.num_microbatches * std::max(0.0, per_mb - (ss.F[st] + ss.B[st])));
+      continue;
+    }
     const double rs_exp = p_.overlap_grad_reduce ? std::max(0.0, rs - ss.B[st] / p_.vpp) : rs;
     const double ag_exp = p_.overlap_param_gather ? std::max(0.0, ag - ss.F[st] / p_.vpp) : ag;
     exposed = std::max(exposed, rs_exp + ag_exp);

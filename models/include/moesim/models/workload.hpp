@@ -100,6 +100,12 @@ struct Op {
   double bwd_weight_factor = 0.0;
   bool is_embedding = false;
   bool shares_embedding = false;  ///< output layer tied to the embedding table
+  /// The GEMM's saved input is also kept, in 16 bits, by the operator before it (o_proj: the
+  /// attention output, which flash attention keeps for its backward). In FP8 recipes the GEMM
+  /// keeps its own FP8 copy besides.
+  bool saved_input_shared = false;
+  /// Not a Transformer Engine layer: stays in 16 bits in FP8 recipes (the router, the output layer).
+  bool not_fp8 = false;
   /// Routed-expert operators whose work follows the per-expert token counts: 1 up projection,
   /// 2 activation, 3 down projection (0: not an expert operator).
   std::uint8_t expert_part = 0;

@@ -35,8 +35,10 @@ const std::vector<std::string>& category_names();
 
 /// Host / HostIn: device-to-host and host-to-device copies (swap; the link is full duplex).
 /// Launch: the host thread that issues kernels (host dispatch).
-enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch, HostIn };
-inline constexpr int kNumStreams = 9;
+/// DpReduce: gradient reduce-scatters of fully sharded data parallelism, on a stream of their own
+/// beside the parameter all-gathers (FSDP2 and Megatron-FSDP use separate streams for the two).
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch, HostIn, DpReduce };
+inline constexpr int kNumStreams = 10;
 const char* stream_name(Stream s);
 
 struct SimRank {

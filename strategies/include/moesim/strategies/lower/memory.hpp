@@ -47,6 +47,9 @@ struct StageMemoryInput {
   double largest_chunk_activations = 0;     ///< one micro-batch of the stage's largest chunk
   int peak_inflight = 0;                    ///< micro-batch chunks alive at the peak
   double transient_bytes = 0;               ///< the largest working buffer of one operator
+  /// Parameters of the stage's largest pipeline item (one layer), per rank: with sharded
+  /// parameters, what one all-gather makes whole.
+  double largest_item_params = 0;
 };
 
 /// The in-flight peak of a stage walked along its schedule: chunk activations are added at
@@ -61,7 +64,12 @@ struct InflightPeak {
                                          const std::vector<double>& chunk_act_full, Phase frees);
 
 /// Weights, FP32 gradients, the (sharded) optimizer states, in-flight activations net of
-/// swapping, transient buffers and the runtime reserve of one rank of a stage.
+/// swapping, transient buffers and the runtime reserve of one rank of a stage. Data-parallel
+/// sharding (Plan::dp_sharding) divides the optimizer states (ZeRO-1), then the gradients
+/// (ZeRO-2: the local shard plus one bucket being reduce-scattered), then the weights (ZeRO-3 /
+/// FSDP: the local shard plus the layers gathered at once — the current and the prefetched one,
+/// or every layer of the stage between forward and backward without reshard_after_forward —
+/// and one layer's unsharded gradients before their reduce-scatter).
 [[nodiscard]] MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision,
                                            double reserved_bytes, const StageMemoryInput& in);
 

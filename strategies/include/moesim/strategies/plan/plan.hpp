@@ -55,6 +55,9 @@ enum class Fidelity : std::uint8_t { Fast, Balanced, Full };
 const char* fidelity_name(Fidelity f);
 std::optional<Fidelity> parse_fidelity(std::string_view s);
 
+enum class DpSharding : std::uint8_t { None, Optimizer, OptimizerGradients, Full };
+const char* dp_sharding_name(DpSharding s);  ///< Megatron-FSDP's names: no_shard, optim, optim_grads, optim_grads_params
+
 struct Plan {
   int tp = 1;
   int pp = 1;
@@ -65,7 +68,17 @@ struct Plan {
   int dp = 0;       ///< derived when 0
   int mbs = 1;
   bool sequence_parallel = false;
+  /// Optimizer states sharded over the data-parallel ranks: dp_sharding >= Optimizer.
   bool distributed_optimizer = false;
+  /// How data-parallel replicas shard the training state (ZeRO stages; Megatron-FSDP's
+  /// data_parallel_sharding_strategy names): optimizer states (ZeRO-1, "optim", Megatron's
+  /// distributed optimizer), also gradients (ZeRO-2, "optim_grads"), also parameters (ZeRO-3,
+  /// FSDP, "optim_grads_params": each layer's weights are all-gathered before its forward and
+  /// backward and its gradients reduce-scattered after its backward, every micro-batch).
+  DpSharding dp_sharding = DpSharding::None;
+  /// Full sharding: the gathered weights are freed after the forward and gathered again for the
+  /// backward (FSDP's reshard_after_forward; ZeRO-3). Without it they stay until the backward.
+  bool reshard_after_forward = true;
   bool moe_tp_extend_ep = false;  ///< MindSpeed: TP ranks become extra EP ranks (experts not TP-split)
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;

@@ -1,0 +1,113 @@
+// The memory model (issue 15): data-parallel sharding (ZeRO-1/2/3, FSDP) in memory and on the
+// timeline, the FP8 saved-input and cross-entropy terms.
+#include <catch2/catch.hpp>
+
+#include "moesim/strategies/lower/memory.hpp"
+#include "moesim/strategies/output/simulate.hpp"
+
+using namespace moesim;
+using namespace moesim::strategies;
+
+namespace {
+
+nlohmann::json llama(const char* sharding) {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 16},
+    "training": {"seq_length": 2048, "global_batch_size": 64},
+    "parallelism": {"tp": 1, "pp": 1, "mbs": 1}})");
+  j["parallelism"]["data_parallel_sharding_strategy"] = sharding;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("memory: ZeRO stages shard optimizer, then gradients, then weights (hand-derived)", "[memory][sharding]") {
+  Plan p;
+  p.dp = 8;
+  p.cp = 1;
+  StageMemoryInput in;
+  in.params_dense = 8e9;
+  in.largest_item_params = 0.2e9;
+  const double shard = 1e9;  // 8e9 over dp 8
+  p.dp_sharding = DpSharding::None;
+  MemoryBreakdown m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.weights_bytes == 2 * 8e9);
+  CHECK(m.gradients_bytes == 4 * 8e9);
+  CHECK(m.optimizer_bytes == 12 * 8e9);
+  p.dp_sharding = DpSharding::Optimizer;
+  p.distributed_optimizer = true;
+  m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.optimizer_bytes == 12 * shard);
+  CHECK(m.gradients_bytes == 4 * 8e9);
+  p.dp_sharding = DpSharding::OptimizerGradients;  // the shard and one 40M-parameter bucket
+  m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.gradients_bytes == Approx(4 * (shard + 40e6)));
+  CHECK(m.weights_bytes == 2 * 8e9);
+  p.dp_sharding = DpSharding::Full;  // the shard, two gathered layers, one layer's gradients
+  m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.weights_bytes == Approx(2 * (shard + 2 * 0.2e9)));
+  CHECK(m.gradients_bytes == Approx(4 * (shard + 0.2e9)));
+  CHECK(m.optimizer_bytes == 12 * shard);
+  p.reshard_after_forward = false;  // every layer stays gathered from forward to backward
+  m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.weights_bytes == Approx(2 * 8e9));
+}
+
+TEST_CASE("sharding: names, conflicts and Megatron arguments", "[memory][sharding]") {
+  nlohmann::json j = llama("optim_grads_params");
+  CHECK(load_scenario(j, "t.json", "").plan.dp_sharding == DpSharding::Full);
+  j["parallelism"].erase("data_parallel_sharding_strategy");
+  j["parallelism"]["zero_stage"] = 2;
+  CHECK(load_scenario(j, "t.json", "").plan.dp_sharding == DpSharding::OptimizerGradients);
+  j["parallelism"]["data_parallel_sharding_strategy"] = "optim";
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("zero_stage") && Catch::Contains("disagrees"));
+  j["parallelism"].erase("zero_stage");
+  j["parallelism"]["data_parallel_sharding_strategy"] = "zero3";
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("optim_grads_params"));
+  j["parallelism"].erase("data_parallel_sharding_strategy");
+  j["parallelism"]["use_distributed_optimizer"] = true;
+  CHECK(load_scenario(j, "t.json", "").plan.dp_sharding == DpSharding::Optimizer);
+  j["parallelism"]["megatron_args"] = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params";
+  CHECK(load_scenario(j, "t.json", "").plan.dp_sharding == DpSharding::Full);
+}
+
+TEST_CASE("FSDP: per-layer gathers and reduce-scatters on the timeline, memory below ZeRO-1", "[memory][sharding]") {
+  const Simulation zero1 = simulate(load_scenario(llama("optim"), "t.json", ""));
+  const Simulation fsdp = simulate(load_scenario(llama("optim_grads_params"), "t.json", ""));
+  CHECK(fsdp.result.peak_memory_bytes < zero1.result.peak_memory_bytes);
+  CHECK(fsdp.result.stages[0].memory.weights_bytes < 0.5 * zero1.result.stages[0].memory.weights_bytes);
+  CHECK(fsdp.result.stages[0].memory.gradients_bytes < 0.5 * zero1.result.stages[0].memory.gradients_bytes);
+  // 16 devices, global batch 64, micro-batch 1: 4 micro-batches. Every micro-batch gathers each
+  // of the 10 items (embedding, 8 layers, head) twice (forward, and backward after the reshard)
+  // and reduce-scatters each once, one collective per item (the FSDP unit).
+  int gathers = 0, reduces = 0;
+  for (const CollectiveUse& u : fsdp.result.collectives) {
+    if (u.group != "dp") continue;
+    if (u.operation == "all-gather") gathers += u.count_per_step;
+    if (u.operation == "reduce-scatter") reduces += u.count_per_step;
+  }
+  CHECK(gathers == 4 * 10 * 2);
+  CHECK(reduces == 4 * 10);
+  CHECK(fsdp.result.breakdown.total() == Approx(fsdp.result.step_time_s).epsilon(1e-9));
+  // The traffic is three times ZeRO-1's per micro-batch, but prefetched and reduced on its own
+  // stream, layer by layer, it hides behind compute.
+  CHECK(fsdp.result.breakdown.dp_comm_s < 0.5 * fsdp.result.step_time_s);
+}
+
+TEST_CASE("memory: cross-entropy and FP8 saved inputs", "[memory]") {
+  nlohmann::json j = llama("optim");
+  const Simulation bf16 = simulate(load_scenario(j, "t.json", ""));
+  // Transient: the larger of a GEMM's output and gradient (2 x 2 bytes per logit) and the
+  // cross-entropy's 16-bit logits beside its FP32 copy (2 x 2): 4 bytes x seq x vocab.
+  CHECK(bf16.result.stages[0].memory.transient_bytes == Approx(4.0 * 2048 * 32000));
+  j["training"]["precision"] = "fp8";
+  const Simulation fp8 = simulate(load_scenario(j, "t.json", ""));
+  const double a16 = bf16.result.stages[0].memory.activations_bytes;
+  const double a8 = fp8.result.stages[0].memory.activations_bytes;
+  // Per token and layer: qkv and mlp_up inputs h, mlp_down input f drop to 1 byte; o_proj adds
+  // its FP8 copy (h) beside the 16-bit attention output: -(h + h + f) + h = -(h + f) bytes.
+  const double per_token = 2048.0 + 5632.0;
+  CHECK(a16 - a8 == Approx(8 * 2048 * per_token).epsilon(1e-9));
+}
