@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Predicted peak device memory against the measured peaks of bench/validation/memory_cases.json.
+
+  bench/validation/memory_check.py [--cli build/bin/moesim] [--json OUT]
+
+Each case becomes a scenario (the mapping is below, every assumption printed with its case),
+`moesim simulate --format json` predicts the peak of the worst pipeline stage, and the error is
+(predicted - measured) / measured. Measured figures are what the source logged: PyTorch's
+peak reserved memory (torchtitan) or peak allocated memory (Megatron's CI); the prediction is
+one number for both, so the reserved figures carry the allocator's caching on top.
+Nothing is fitted on these cases.
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def model_of(c, notes):
+    m = c["model"]["hf_like"]
+    act = (m.get("activation") or "swiglu").lower()
+    out = {"name": c["model"]["name"], "hidden_size": m["hidden_size"], "num_hidden_layers": m["num_hidden_layers"],
+           "num_attention_heads": m["num_attention_heads"], "vocab_size": m.get("padded_vocab_size") or m["vocab_size"],
+           "tie_word_embeddings": bool(m.get("tie_word_embeddings", False))}
+    if m.get("kv_lora_rank"):  # DeepSeek-style MLA + MoE
+        out.update({"architectures": ["DeepseekV3ForCausalLM"], "intermediate_size": m["intermediate_size"],
+                    "kv_lora_rank": m["kv_lora_rank"], "qk_nope_head_dim": m["qk_nope_head_dim"],
+                    "qk_rope_head_dim": m["qk_rope_head_dim"], "v_head_dim": m["v_head_dim"],
+                    "n_routed_experts": m["n_routed_experts"], "num_experts_per_tok": m["num_experts_per_tok"],
+                    "moe_intermediate_size": m["moe_intermediate_size"], "n_shared_experts": m.get("n_shared_experts", 0),
+                    "first_k_dense_replace": m.get("first_k_dense_replace", 0),
+                    "num_key_value_heads": m["num_attention_heads"]})
+        if m.get("q_lora_rank"):
+            out["q_lora_rank"] = m["q_lora_rank"]
+        if m.get("num_nextn_predict_layers"):
+            out["num_nextn_predict_layers"] = m["num_nextn_predict_layers"]
+        return out
+    kv = m.get("num_key_value_heads") or m["num_attention_heads"]
+    if act.startswith("gelu"):
+        # A plain (non-gated) MLP with grouped-query attention: Nemotron's layout (squared ReLU has
+        # the same memory as GeLU); learned positions are left out (a few MB).
+        out.update({"architectures": ["NemotronForCausalLM"], "intermediate_size": m["intermediate_size"],
+                    "num_key_value_heads": kv, "head_dim": m["hidden_size"] // m["num_attention_heads"]})
+        notes.append("GeLU MLP modelled as Nemotron's plain MLP")
+        return out
+    out.update({"architectures": ["LlamaForCausalLM"], "intermediate_size": m["intermediate_size"],
+                "num_key_value_heads": kv})
+    return out
+
+
+LEGACY = False  # --legacy-sharding: FSDP as the distributed optimizer (all moesim could say before issue 15)
+
+
+def scenario_of(c):
+    notes = []
+    p, t, hw = c["parallelism"], c["training"], c["hardware"]
+    par = {"tp": p.get("tp") or 1, "pp": p.get("pp") or 1, "cp": p.get("cp") or 1, "mbs": t["micro_batch_size"]}
+    if p.get("vpp") and p["vpp"] > 1:
+        par["vpp"] = p["vpp"]
+    if p.get("ep"):
+        par["ep"] = p["ep"]
+        par["etp"] = p.get("etp") or 1
+    if "unfused attention" in (p.get("other") or "").lower() or "unfused" in c.get("notes", "").lower():
+        sc_attention = "unfused"
+    else:
+        sc_attention = "flash"
+    if p.get("sequence_parallel") and par["tp"] > 1:
+        par["sequence_parallel"] = True
+    sharding = (p.get("sharding") or "").lower()
+    if LEGACY and ("fsdp" in sharding or "zero-3" in sharding):
+        par["use_distributed_optimizer"] = True
+    elif "fsdp" in sharding or "zero-3" in sharding:
+        par["data_parallel_sharding_strategy"] = "optim_grads_params"
+        if "reshard_after_forward=false" in sharding.replace(" ", ""):
+            par["fsdp_reshard_after_forward"] = False
+    elif "distributed" in sharding or "zero-1" in sharding:
+        par["use_distributed_optimizer"] = True
+    ac = (p.get("activation_checkpointing") or "none").lower()
+    if ac.startswith("full"):
+        par.update({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    elif ac.startswith("selective"):
+        par["recompute_granularity"] = "selective"
+        notes.append("selective recomputation: moesim's default modules")
+    sched = (p.get("pipeline_schedule") or "").lower()
+    if par["pp"] > 1 and "interleaved" in sched and "vpp" not in par:
+        par["vpp"] = 2
+    prec = "fp8" if ("fp8" in t["precision"].lower() or "float8" in t["precision"].lower()) else "bf16"
+    dp = p.get("dp") or 1
+    devices = hw["devices"]
+    gbs = t.get("global_batch_size") or t["micro_batch_size"] * dp
+    return {"model": model_of(c, notes), "cluster": {"preset": "dgx-h100", "devices": devices},
+            "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
+                         "attention_kernel": sc_attention},
+            "parallelism": par}, notes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default=str(ROOT / "build/bin/moesim"))
+    ap.add_argument("--cases", default=str(ROOT / "bench/validation/memory_cases.json"))
+    ap.add_argument("--json")
+    ap.add_argument("--guard", help="recorded limits (JSON with mean_abs_error_pct): exit 1 above them")
+    ap.add_argument("--legacy-sharding", action="store_true")
+    a = ap.parse_args()
+    global LEGACY
+    LEGACY = a.legacy_sharding
+    cases = json.loads(pathlib.Path(a.cases).read_text())
+    rows = []
+    for c in cases:
+        sc, notes = scenario_of(c)
+        meas = c["measured"]["peak_memory"] * (1.0 if c["measured"]["unit"] == "GiB" else 1e9 / 2**30)
+        r = subprocess.run([a.cli, "simulate", "-", "--format", "json", "--no-wall-time", "--fidelity", "fast"],
+                           input=json.dumps(sc), capture_output=True, text=True)
+        if r.returncode not in (0, 3):  # 3: predicted not to fit (the result is still printed)
+            rows.append({"id": c["id"], "status": "error", "message": r.stderr.strip().splitlines()[-1:]})
+            print(f"{c['id']}: error {r.stderr.strip().splitlines()[-1:]}")
+            continue
+        res = json.loads(r.stdout)
+        worst = max(res["memory"]["per_stage"], key=lambda st: st["total_bytes"])
+        # PyTorch's allocator statistics do not see the CUDA context, NCCL's buffers or the
+        # runtime reserve moesim adds per device: compare what the framework allocates.
+        pred = (worst["total_bytes"] - worst["reserved_bytes"]) / 2**30
+        err = 100.0 * (pred - meas) / meas
+        rows.append({"id": c["id"], "status": "ok", "measured_gib": meas, "predicted_gib": pred, "error_pct": err,
+                     "what": c["measured"]["what"].split(":")[0].split(" ")[0], "notes": notes})
+        print(f"{c['id']}: measured {meas:6.1f} GiB  predicted {pred:6.1f} GiB  {err:+6.1f}%  {c['model']['name'][:40]}")
+    ok = [r for r in rows if r["status"] == "ok"]
+    mean = statistics.mean(abs(r["error_pct"]) for r in ok) if ok else 0.0
+    print(f"{len(ok)} cases, mean |error| {mean:.1f}%, max {max(abs(r['error_pct']) for r in ok):.1f}%")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps({"cases": rows, "mean_abs_error_pct": mean}, indent=1) + "\n")
+    if a.guard:
+        limit = json.loads(pathlib.Path(a.guard).read_text())["mean_abs_error_pct"]
+        if len(ok) < len(cases):
+            print(f"memory guard: only {len(ok)} of {len(cases)} cases ran")
+            return 1
+        if mean > limit:
+            print(f"memory guard: mean |error| rose to {mean:.1f}% (recorded {limit}%)")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
