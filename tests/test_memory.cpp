@@ -111,3 +111,27 @@ TEST_CASE("memory: cross-entropy and FP8 saved inputs", "[memory]") {
   const double per_token = 2048.0 + 5632.0;
   CHECK(a16 - a8 == Approx(8 * 2048 * per_token).epsilon(1e-9));
 }
+
+TEST_CASE("memory: operator-level checkpointing and the loss implementation", "[memory]") {
+  nlohmann::json j = llama("optim");
+  const Simulation none = simulate(load_scenario(j, "t.json", ""));
+  j["parallelism"]["recompute_granularity"] = "selective_op";
+  const Simulation op = simulate(load_scenario(j, "t.json", ""));
+  // Per token and layer (h 2048, kv 512, f 5632): the input h, the outputs of the 1st and 3rd
+  // matmuls (qkv 3072, mlp_up 2 x 5632) and attention's output (h) with its statistics
+  // (16 heads x 4 bytes): 2 x (2048 + 3072 + 11264 + 2048) + 64 bytes.
+  const double per_token_layer = 2.0 * (2048 + 3072 + 11264 + 2048) + 64;
+  const double layers = none.result.stages[0].memory.activations_bytes - op.result.stages[0].memory.activations_bytes;
+  CHECK(op.result.stages[0].memory.activations_bytes < none.result.stages[0].memory.activations_bytes);
+  CHECK(layers > 0);
+  // The layers' share of the kept activations is exactly the kept tensors.
+  const double none_layer = 2.0 * (2048 + 2048 + 2048 + 3072 + 2048 + 2048 + 2 * 5632 + 5632) + 64;  // per token
+  CHECK(layers == Approx(8 * 2048 * (none_layer - per_token_layer)).epsilon(1e-9));
+  // Recomputing every other matmul and the element-wise operators costs time.
+  CHECK(op.result.breakdown.recompute_s > 0);
+  // Plain PyTorch cross-entropy: 8 bytes per logit of buffers beside the saved softmax.
+  j["parallelism"]["recompute_granularity"] = "none";
+  j["training"]["cross_entropy"] = "pytorch";
+  const Simulation pt = simulate(load_scenario(j, "t.json", ""));
+  CHECK(pt.result.stages[0].memory.transient_bytes == Approx(8.0 * 2048 * 32000));
+}

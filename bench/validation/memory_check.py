@@ -82,6 +82,8 @@ def scenario_of(c):
     ac = (p.get("activation_checkpointing") or "none").lower()
     if ac.startswith("full"):
         par.update({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    elif ac.startswith("selective") and "'op'" in ac:
+        par["recompute_granularity"] = "selective_op"
     elif ac.startswith("selective"):
         par["recompute_granularity"] = "selective"
         notes.append("selective recomputation: moesim's default modules")
@@ -94,7 +96,9 @@ def scenario_of(c):
     gbs = t.get("global_batch_size") or t["micro_batch_size"] * dp
     return {"model": model_of(c, notes), "cluster": {"preset": "dgx-h100", "devices": devices},
             "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
-                         "attention_kernel": sc_attention},
+                         "attention_kernel": sc_attention,
+                         # torchtitan computes the loss with plain PyTorch; Megatron with its fused loss.
+                         "cross_entropy": "pytorch" if "torchtitan" in c["framework"].lower() else "fused"},
             "parallelism": par}, notes
 
 

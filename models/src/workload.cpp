@@ -291,7 +291,7 @@ Op embedding_lookup(const ModelSpec& m, const std::string& name, bool owns_table
   return o;
 }
 
-void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, const WorkloadOptions& opt) {
   const double h = static_cast<double>(m.hidden);
   const double v = static_cast<double>(m.vocab);
   ops.push_back(norm(p + "final_norm", h));
@@ -306,6 +306,12 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   // softmax; the softmax is kept for backward.
   Op ce = vec(p + "cross_entropy", Region::Tensor, v * (B + 4.0 + 4.0));
   ce.split = Split::Column;
+  // Besides the saved FP32 softmax (4 bytes per logit): Megatron-core's vocab-parallel loss
+  // (tensor_parallel/cross_entropy.py) exponentiates its FP32 copy in place, so only the 16-bit
+  // logits while they are cast and the 16-bit gradient handed back: 2 x 2 bytes. Plain PyTorch
+  // (F.cross_entropy on logits.float()) peaks in log_softmax's backward with the incoming
+  // gradient and the input gradient in FP32 beside the saved output: 4 + 4 bytes.
+  ce.transient_bytes_per_token = v * (opt.cross_entropy == CrossEntropy::PyTorch ? 8.0 : 2.0 * B);
   ops.push_back(saving(ce, v * 4.0, SavedLayout::Split, 0));
   ops.push_back(comm(p + "loss_reduce", Comm::TpReduceSmall, 3 * 4.0));
 }
@@ -338,7 +344,7 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
 
   Program head;
   head.name = "head";
-  head_ops(m, head.ops, "");
+  head_ops(m, head.ops, "", opt);
   const int head_prog = static_cast<int>(w.programs.size());
   w.programs.push_back(std::move(head));
 
@@ -358,7 +364,7 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
     const bool moe_layer = m.is_moe() && !m.is_moe_layer.empty() && m.is_moe_layer.back();
     Program layer = decoder_program(m, moe_layer, "mtp_layer", opt, "mtp.");
     for (auto& op : layer.ops) mtp.ops.push_back(std::move(op));
-    head_ops(m, mtp.ops, "mtp.");
+    head_ops(m, mtp.ops, "mtp.", opt);
     // The MTP head shares the main output layer's weights.
     for (auto& op : mtp.ops)
       if (op.name == "mtp.lm_head") op.params = 0;

@@ -19,6 +19,7 @@ const char* recompute_name(strategies::Recompute r) {
     case strategies::Recompute::None: return "no recompute";
     case strategies::Recompute::Selective: return "selective recompute";
     case strategies::Recompute::Full: return "full recompute";
+    case strategies::Recompute::SelectiveOp: return "operator-level selective recompute";
   }
   return "";
 }
@@ -143,6 +144,7 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
     case strategies::Recompute::None: t += " rc:none"; break;
     case strategies::Recompute::Full: t += " rc:full"; break;
     case strategies::Recompute::Selective: t += " rc:sel"; break;
+    case strategies::Recompute::SelectiveOp: t += " rc:op"; break;
   }
   if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) t += " h-a2a";
   if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather) t += " ag-a2a";

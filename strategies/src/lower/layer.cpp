@@ -25,6 +25,7 @@ LayerSpec LayerSpec::of(const Plan& p, const Layout& lay) {
   s.tp_comm_overlap = p.tp_comm_overlap;
   s.shared_expert_overlap = p.shared_expert_overlap;
   s.recompute_modules = p.recompute == Recompute::Selective ? p.recompute_modules : 0u;
+  s.op_checkpoint = p.recompute == Recompute::SelectiveOp;
   s.alltoall = p.alltoall;
   s.single_stage = p.pp == 1;
   return s;
@@ -466,8 +467,15 @@ void LayerBuilder::build_backward(const models::Program& prog, const std::string
                                   std::uint32_t modules, int count) {
   // Re-run what recomputation dropped, then the gradients in reverse.
   ProgramBuilder b{ip.bwd};
+  int gemm = 0;
   for (const Op& op : prog.ops) {
-    const bool rerun = full || (op.rerun_tag & modules) != 0;
+    bool rerun = full || (op.rerun_tag & modules) != 0;
+    if (op_checkpoint_ && !full) {
+      // Operator-level checkpointing: every other matmul (the 2nd, 4th, ...) and the
+      // element-wise operators run again; attention and the other matmuls were kept.
+      if (op.kind == OpKind::Gemm) rerun = ++gemm % 2 == 0;
+      else rerun = op.kind == OpKind::Vector;
+    }
     if (rerun) emit_forward_op(op, pre, b, true, ip, count);
   }
   b.flush_overlap();
@@ -510,13 +518,10 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
       const GemmShape g = gemm_shape(op);
       out_bytes = g.m * g.n * g.batch * models::kActivationBytes;
     }
-    // Vocabulary-parallel cross-entropy (Megatron-core tensor_parallel/cross_entropy.py): the
-    // 16-bit logits are cast to an FP32 copy that is exponentiated in place and kept as the
-    // saved softmax (counted above); besides it, the 16-bit logits while they are cast and the
-    // 16-bit gradient handed to the output layer: a 16-bit buffer, twice as in the rule below.
-    if (op.name.find("cross_entropy") != std::string::npos)
-      out_bytes = static_cast<double>(ctx_.model.vocab) * models::kActivationBytes * tok_.Tc / spec_.tp;
-    ip.transient = std::max(ip.transient, 2.0 * out_bytes);
+    ip.transient = std::max(ip.transient, 2.0 * out_bytes);  // the output and its gradient
+    // An operator whose implementation fixes its buffers (the loss, see the workload).
+    if (op.transient_bytes_per_token > 0)
+      ip.transient = std::max(ip.transient, op.transient_bytes_per_token * tok_.Tc / spec_.tp);
     // Parameters held by one rank.
     double params = op.params;
     if (op.shares_embedding && spec_.single_stage) params = 0;  // the same tensor as the embedding
@@ -527,6 +532,21 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
     } else {
       ip.params_dense += params;
     }
+  }
+  if (decoder && spec_.op_checkpoint && !full_recompute) {
+    // Operator-level checkpointing keeps the layer input, the outputs of every other matmul
+    // (the 1st, 3rd, ...) and the attention kernel's output and softmax statistics.
+    double kept = static_cast<double>(ctx_.model.hidden) * models::kActivationBytes * tok_.Tseq;
+    int gemm = 0;
+    for (const Op& op : prog.ops) {
+      if (op.kind == OpKind::Gemm && ++gemm % 2 == 1) {
+        const GemmShape g = gemm_shape(op);
+        kept += g.m * g.n * g.batch * models::kActivationBytes;
+      } else if (op.kind == OpKind::Attention) {
+        kept += (op.heads / spec_.tp) * (op.d_v * models::kActivationBytes + 4.0) * tok_.Tc;
+      }
+    }
+    ip.act_bytes = kept;
   }
   if (decoder && full_recompute) {
     // Only the layer input is kept (one per group of `uniform_group` layers).
@@ -546,6 +566,7 @@ ItemProgram LayerBuilder::build(const models::PipelineItem& item, bool full_reco
   find_shared_branch(prog);
   build_forward(prog, pre, ip, mb_count);
   // Recomputation (full, or the selected modules) applies to decoder layers only.
+  op_checkpoint_ = decoder && spec_.op_checkpoint;
   build_backward(prog, pre, ip, full_recompute && decoder, decoder ? spec_.recompute_modules : 0u, mb_count);
   account_memory(prog, ip, decoder, full_recompute, uniform_group);
   for (const Step& st : ip.fwd.steps) ip.fwd_seconds += to_seconds(st.duration).value();

@@ -27,6 +27,7 @@ struct LayerSpec {
   bool tp_comm_overlap = false;
   bool shared_expert_overlap = false;
   std::uint32_t recompute_modules = 0;  ///< selective recomputation's modules (0: none, or full recomputation)
+  bool op_checkpoint = false;           ///< operator-level selective checkpointing (Recompute::SelectiveOp)
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
   bool single_stage = false;  ///< pp == 1: a head tied to the embedding holds no tensor of its own
   static LayerSpec of(const Plan& p, const Layout& lay);
@@ -120,6 +121,7 @@ class LayerBuilder {
   StageNetwork& net_;
   sim::TaskGraphBuilder& labels_;
   int current_moe_layer_ = -1;  ///< MoE layer ordinal of the item being built (-1: none)
+  bool op_checkpoint_ = false;  ///< the current item is checkpointed operator by operator
   std::vector<bool> shared_;    ///< per op of the current item: part of the overlapped shared expert
   bool branch_ = false;
   int dispatch_ = -1, combine_ = -1, unpermute_ = -1;

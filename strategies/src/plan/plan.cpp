@@ -136,8 +136,9 @@ void parse_recompute(ObjectReader& r, Plan& p, Diagnostics& diag) {
       const std::string s = g->is_string() ? g->get<std::string>() : "";
       if (s == "full") p.recompute = Recompute::Full;
       else if (s == "selective") p.recompute = Recompute::Selective;
+      else if (s == "selective_op") p.recompute = Recompute::SelectiveOp;
       else if (s == "none") p.recompute = Recompute::None;
-      else diag.error(r.child_pointer("recompute_granularity"), json_brief(*g), "must be one of: none, selective, full (or null)");
+      else diag.error(r.child_pointer("recompute_granularity"), json_brief(*g), "must be one of: none, selective, selective_op, full (or null)");
     }
   }
   const std::string method = r.string({"recompute_method"}, "uniform", {"uniform", "block"});
@@ -220,6 +221,8 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "unfused"});
   t.workload.attention = kernel == "unfused" ? models::AttentionKernel::Unfused : models::AttentionKernel::Flash;
   t.workload.dropout = r.number({"dropout"}, 0.0, 0.0, 0.99);
+  const std::string ce = r.string({"cross_entropy"}, "fused", {"fused", "pytorch"});
+  t.workload.cross_entropy = ce == "pytorch" ? models::CrossEntropy::PyTorch : models::CrossEntropy::Fused;
   if (const auto* d = r.get({"documents"})) {
     ObjectReader q(*d, r.child_pointer("documents"), diag);
     t.documents.packed = true;

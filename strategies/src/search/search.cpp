@@ -65,6 +65,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
       j["recompute_method"] = "uniform";
       j["recompute_num_layers"] = 1;
       break;
+    case Recompute::SelectiveOp: j["recompute_granularity"] = "selective_op"; break;
     case Recompute::Selective: {
       j["recompute_granularity"] = "selective";
       nlohmann::json mods = nlohmann::json::array();

@@ -104,6 +104,9 @@ struct Op {
   /// attention output, which flash attention keeps for its backward). In FP8 recipes the GEMM
   /// keeps its own FP8 copy besides.
   bool saved_input_shared = false;
+  /// Working buffers per token beyond the saved bytes, where the operator's implementation fixes
+  /// them (the loss); 0: the lowering's generic rule (twice the output).
+  double transient_bytes_per_token = 0;
   /// Not a Transformer Engine layer: stays in 16 bits in FP8 recipes (the router, the output layer).
   bool not_fp8 = false;
   /// Routed-expert operators whose work follows the per-expert token counts: 1 up projection,
@@ -143,9 +146,14 @@ struct Workload {
 
 inline constexpr double kActivationBytes = 2.0;  ///< BF16/FP16 activations
 
+/// How the loss is computed over the vocabulary: Megatron-core's fused vocab-parallel
+/// cross-entropy, or plain PyTorch (`F.cross_entropy(logits.float(), labels)`, torchtitan).
+enum class CrossEntropy : std::uint8_t { Fused, PyTorch };
+
 struct WorkloadOptions {
   double dropout = 0.0;  ///< hidden and attention dropout probability (0: no dropout kernels)
   AttentionKernel attention = AttentionKernel::Flash;
+  CrossEntropy cross_entropy = CrossEntropy::Fused;
 };
 
 Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt = {});

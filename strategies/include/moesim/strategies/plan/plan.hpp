@@ -27,7 +27,10 @@
 
 namespace moesim::strategies {
 
-enum class Recompute : std::uint8_t { None, Selective, Full };
+/// SelectiveOp: operator-level selective checkpointing (torchtitan's `selective_ac_option =
+/// "op"`): each decoder layer keeps its input, the outputs of every other matmul and of the
+/// attention kernel, and recomputes the rest in its backward.
+enum class Recompute : std::uint8_t { None, Selective, Full, SelectiveOp };
 enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 /// Pipeline schedules. ZeroBubbleH1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): the
 /// backward is split into the data-gradient pass B and the weight-gradient pass W; stage s
