@@ -429,6 +429,12 @@ ConvertedCase case_to_scenario(const json& c) {
     notes.push_back("distributed optimizer implied by --overlap-param-gather");
   }
   p["use_distributed_optimizer"] = distopt;
+  if (category.rfind("nemo_perf_summary", 0) == 0) {
+    // NeMo's performance configurations (NeMo-Framework-Launcher examples/training/*/h100/*.sh)
+    // synchronise gradients in BF16: +training.model.optim.grad_sync_dtype=bf16.
+    p["grad_reduce_in_bf16"] = true;
+    notes.push_back("NeMo performance configuration: gradients in BF16 (optim.grad_sync_dtype=bf16)");
+  }
   if (has(zero, "fsdp")) {
     // Megatron-FSDP's default strategy shards parameters, gradients and optimizer states.
     p["data_parallel_sharding_strategy"] = "optim_grads_params";

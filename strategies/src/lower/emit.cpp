@@ -311,7 +311,7 @@ Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double param
                                     const std::string& label, Stream stream, bool whole) {
   TaskLists created(per_stage_);
   // BF16 parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
-  const double bytes_per_param = gather ? 2.0 : (p_.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam);
+  const double bytes_per_param = gather ? 2.0 : grad_bytes_per_param(p_);
   const Collective op =
       gather ? Collective::AllGather : (p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce);
   for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {

@@ -11,14 +11,15 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
   const double shard = optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
   const double wb = weight_bytes_per_param(precision);
   mem.weights_bytes = params * wb;
-  mem.gradients_bytes = params * kMainGradBytesPerParam;
+  const double gb = grad_bytes_per_param(p);
+  mem.gradients_bytes = params * gb;
   if (p.dp_sharding == DpSharding::OptimizerGradients) {
-    mem.gradients_bytes = std::min(params, shard + std::min(params, kGradientBucketParams)) * kMainGradBytesPerParam;
+    mem.gradients_bytes = std::min(params, shard + std::min(params, kGradientBucketParams)) * gb;
   } else if (p.dp_sharding == DpSharding::Full) {
     const double item = std::min(params, in.largest_item_params);
     const double gathered = p.reshard_after_forward ? std::min(params, 2.0 * item) : params;
     mem.weights_bytes = std::min(params, shard + gathered) * wb;
-    mem.gradients_bytes = std::min(params, shard + item) * kMainGradBytesPerParam;
+    mem.gradients_bytes = std::min(params, shard + item) * gb;
   }
   mem.optimizer_bytes = kAdamStateBytesPerParam * shard;
   if (p.swap_optimizer) {

@@ -209,7 +209,7 @@ double Screen::peak_memory(const StageSums& ss) const {
 
 /// Data-parallel traffic and how much of it the last backward / first forward hides.
 double Screen::dp_exposed(const StageSums& ss) const {
-  const double gb = p_.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam;
+  const double gb = grad_bytes_per_param(p_);
   auto coll = [&](GroupKind g, Collective c, double bytes) {
     const topologies::GroupShape& sh = net_.shape(g);
     if (sh.size <= 1 || bytes <= 0) return 0.0;

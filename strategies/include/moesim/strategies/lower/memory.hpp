@@ -27,6 +27,10 @@ inline constexpr double kGradientBucketParams = 40e6;
 /// 34 bytes. A memory-bound kernel at the device's streaming bandwidth.
 inline constexpr double kOptimizerStepBytesPerParam = 34.0;
 
+/// Bytes per parameter of the gradient buffer: FP32 main gradients, or the parameters' BF16
+/// with --grad-reduce-in-bf16 (NeMo's optim.grad_sync_dtype=bf16).
+[[nodiscard]] inline double grad_bytes_per_param(const Plan& p) { return p.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam; }
+
 /// Bytes per parameter of the weights a rank holds: BF16, plus an FP8 copy in FP8 recipes.
 [[nodiscard]] inline double weight_bytes_per_param(models::Precision p) {
   return p == models::Precision::FP8 ? 3.0 : 2.0;
