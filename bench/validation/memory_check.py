@@ -84,6 +84,9 @@ def scenario_of(c):
         par.update({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
     elif ac.startswith("selective") and "'op'" in ac:
         par["recompute_granularity"] = "selective_op"
+    elif ac.startswith("selective") and "--recompute-modules [" in ac:
+        par["recompute_granularity"] = "selective"
+        par["recompute_modules"] = ac.split("--recompute-modules [", 1)[1].split("]", 1)[0].split()
     elif ac.startswith("selective"):
         par["recompute_granularity"] = "selective"
         notes.append("selective recomputation: moesim's default modules")

@@ -234,9 +234,14 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   Op router = saving(gemm(p + "router", Region::Sequence, Split::None, h, e), h * B, SavedLayout::Sequence,
                      recompute::kNorm);
   router.not_fp8 = true;
+  // Megatron's `--recompute-modules moe` checkpoints the whole MoE layer (router, dispatch,
+  // experts, combine, unpermute): it keeps only the layer's input and re-runs all of it.
+  router.rerun_tag = recompute::kMoe;
   ops.push_back(router);
-  ops.push_back(saving(vec(p + "router_topk", Region::Sequence, e * (B + 4.0 + 4.0)), e * 4.0, SavedLayout::Sequence, 0));
-  ops.push_back(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B));
+  ops.push_back(rerun(saving(vec(p + "router_topk", Region::Sequence, e * (B + 4.0 + 4.0)), e * 4.0,
+                             SavedLayout::Sequence, recompute::kMoe),
+                      recompute::kMoe));
+  ops.push_back(rerun(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B), recompute::kMoe));
   ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe));
   Op up = gemm(p + "expert_up", Region::Expert, Split::Column, h, 2 * f);
   up.tokens_factor = k;
@@ -256,10 +261,13 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   down.matrices = e;
   down.params = e * f * h;
   down.expert_part = 3;
+  down.rerun_tag = recompute::kMoe;
   ops.push_back(saving(down, f * B, SavedLayout::Expert, recompute::kMoe | recompute::kActivation));
-  ops.push_back(comm(p + "combine", Comm::EpCombine, k * h * B));
+  ops.push_back(rerun(comm(p + "combine", Comm::EpCombine, k * h * B), recompute::kMoe));
   // Weighted sum of the k expert outputs; backward needs them and the routing weights.
-  ops.push_back(saving(vec(p + "unpermute", Region::Sequence, (k + 1.0) * h * B), k * h * B, SavedLayout::Sequence, 0));
+  ops.push_back(rerun(saving(vec(p + "unpermute", Region::Sequence, (k + 1.0) * h * B), k * h * B,
+                             SavedLayout::Sequence, recompute::kMoe),
+                      recompute::kMoe));
   if (m.num_shared_experts > 0)
     dense_mlp(m, ops, p + "shared_", static_cast<double>(m.shared_expert_ffn_hidden), recompute::kShared, false);
 }
