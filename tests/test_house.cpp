@@ -38,7 +38,7 @@ std::vector<int> walked_inflight(ScheduleKind k, int pp, int vpp, int m) {
 }  // namespace
 
 TEST_CASE("schedule registry: one entry per kind, found by name, with its own traits", "[house][schedule]") {
-  REQUIRE(all_schedules().size() == 6);
+  REQUIRE(all_schedules().size() == 7);
   for (std::size_t i = 0; i < all_schedules().size(); ++i) {
     const ScheduleTraits& t = all_schedules()[i];
     CHECK(static_cast<std::size_t>(t.kind) == i);
@@ -85,6 +85,20 @@ TEST_CASE("schedule registry: the screen's closed-form in-flight count is the ge
           }
         }
       }
+}
+
+TEST_CASE("schedule registry: PyTorch's interleaved 1F1B warms up by formula where Megatron's warms up fully",
+          "[house][schedule]") {
+  // pp 4, vpp 2, 4 micro-batches (8 chunks a stage). Megatron: every forward first on every
+  // stage (micro-batches equal stages). torch.distributed.pipelining: (v - 1) p + 2 (p - 1 - s)
+  // = 4 + 2 (3 - s) forwards, capped at 8: stage 3 warms up 4 and keeps 5 chunks in flight.
+  const std::vector<int> megatron = walked_inflight(ScheduleKind::Interleaved, 4, 2, 4);
+  const std::vector<int> torch = walked_inflight(ScheduleKind::InterleavedTorch, 4, 2, 4);
+  CHECK(megatron == std::vector<int>{8, 8, 8, 8});
+  CHECK(torch == std::vector<int>{8, 8, 7, 5});
+  // With more micro-batches than stages the two orders are the same.
+  for (int s = 0; s < 4; ++s)
+    CHECK(make_schedule(ScheduleKind::Interleaved, 4, 2, 8)[s] == make_schedule(ScheduleKind::InterleavedTorch, 4, 2, 8)[s]);
 }
 
 TEST_CASE("memory: the screen and the simulation use one model and agree for every schedule", "[house][memory]") {

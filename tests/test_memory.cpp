@@ -53,6 +53,14 @@ TEST_CASE("memory: ZeRO stages shard optimizer, then gradients, then weights (ha
   p.reshard_after_forward = false;  // every layer stays gathered from forward to backward
   m = stage_memory(p, 1, models::Precision::BF16, 0, in);
   CHECK(m.weights_bytes == Approx(2 * 8e9));
+  // Gradients synchronised at the last micro-batch (FSDP2 under torch.distributed.pipelining):
+  // every gradient unsharded in FP32, every weight gathered, whatever the reshard setting.
+  p.reshard_after_forward = true;
+  p.grad_sync_every_microbatch = false;
+  m = stage_memory(p, 1, models::Precision::BF16, 0, in);
+  CHECK(m.weights_bytes == Approx(2 * 8e9));
+  CHECK(m.gradients_bytes == Approx(4 * 8e9));
+  CHECK(m.optimizer_bytes == 12 * shard);
 }
 
 TEST_CASE("sharding: names, conflicts and Megatron arguments", "[memory][sharding]") {
@@ -94,6 +102,24 @@ TEST_CASE("FSDP: per-layer gathers and reduce-scatters on the timeline, memory b
   // The traffic is three times ZeRO-1's per micro-batch, but prefetched and reduced on its own
   // stream, layer by layer, it hides behind compute.
   CHECK(fsdp.result.breakdown.dp_comm_s < 0.5 * fsdp.result.step_time_s);
+
+  // Synchronised at the last micro-batch: one gather and one reduce-scatter per item a step.
+  nlohmann::json j = llama("optim_grads_params");
+  j["parallelism"]["fsdp_gradient_sync"] = "last_microbatch";
+  const Simulation once = simulate(load_scenario(j, "t.json", ""));
+  gathers = reduces = 0;
+  for (const CollectiveUse& u : once.result.collectives) {
+    if (u.group != "dp") continue;
+    if (u.operation == "all-gather") gathers += u.count_per_step;
+    if (u.operation == "reduce-scatter") reduces += u.count_per_step;
+  }
+  CHECK(gathers == 10);
+  CHECK(reduces == 10);
+  CHECK(once.result.stages[0].memory.gradients_bytes > fsdp.result.stages[0].memory.gradients_bytes);
+  CHECK(once.result.breakdown.total() == Approx(once.result.step_time_s).epsilon(1e-9));
+  // Only with sharded gradients.
+  j["parallelism"]["data_parallel_sharding_strategy"] = "optim";
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("fsdp_gradient_sync") && Catch::Contains("optim_grads"));
 }
 
 TEST_CASE("memory: cross-entropy and FP8 saved inputs", "[memory]") {
@@ -134,4 +160,11 @@ TEST_CASE("memory: operator-level checkpointing and the loss implementation", "[
   j["training"]["cross_entropy"] = "pytorch";
   const Simulation pt = simulate(load_scenario(j, "t.json", ""));
   CHECK(pt.result.stages[0].memory.transient_bytes == Approx(8.0 * 2048 * 32000));
+  // Compiled: the 16-bit logits are kept instead of the FP32 softmax (2 bytes per logit less)
+  // and the gradient is the only buffer (2 bytes per logit).
+  j["training"]["cross_entropy"] = "compiled";
+  const Simulation cc = simulate(load_scenario(j, "t.json", ""));
+  CHECK(cc.result.stages[0].memory.transient_bytes < pt.result.stages[0].memory.transient_bytes);
+  CHECK(pt.result.stages[0].memory.activations_bytes - cc.result.stages[0].memory.activations_bytes ==
+        Approx(2.0 * 2048 * 32000));
 }

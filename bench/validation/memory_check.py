@@ -13,6 +13,7 @@ Nothing is fitted on these cases.
 import argparse
 import json
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -55,6 +56,21 @@ def model_of(c, notes):
 LEGACY = False  # --legacy-sharding: FSDP as the distributed optimizer (all moesim could say before issue 15)
 
 
+def loss_of(c):
+    """Megatron computes the loss with its fused vocab-parallel kernel; torchtitan with plain
+    F.cross_entropy, which it compiles together with the model from 2025-04-02 (commit bbb1b616e,
+    "refactor train_spec.loss_fn to build_loss_fn", pytorch/torchtitan #1033; commented out
+    before, e.g. train.py at 9dec370)."""
+    fw = c["framework"].lower()
+    if "torchtitan" not in fw:
+        return "fused"
+    other = (c["parallelism"].get("other") or "").lower()
+    compiled = ("torch.compile" in other and "compile: false" not in other
+                and "compile per transformerblock: false" not in other)
+    date = re.search(r"\d{4}-\d{2}-\d{2}", c["framework"])
+    return "compiled" if compiled and date and date.group(0) >= "2025-04-02" else "pytorch"
+
+
 def scenario_of(c):
     notes = []
     p, t, hw = c["parallelism"], c["training"], c["hardware"]
@@ -77,6 +93,10 @@ def scenario_of(c):
         par["data_parallel_sharding_strategy"] = "optim_grads_params"
         if "reshard_after_forward=false" in sharding.replace(" ", ""):
             par["fsdp_reshard_after_forward"] = False
+        if "torchtitan" in c["framework"].lower() and par["pp"] > 1:
+            # torch.distributed.pipelining turns FSDP2's gradient sync and reshard-after-backward
+            # off for every backward but the last (stage.py, backward_maybe_with_nosync).
+            par["fsdp_gradient_sync"] = "last_microbatch"
     elif "distributed" in sharding or "zero-1" in sharding:
         par["use_distributed_optimizer"] = True
     ac = (p.get("activation_checkpointing") or "none").lower()
@@ -93,6 +113,8 @@ def scenario_of(c):
     sched = (p.get("pipeline_schedule") or "").lower()
     if par["pp"] > 1 and "interleaved" in sched and "vpp" not in par:
         par["vpp"] = 2
+    if par.get("vpp", 1) > 1 and "torchtitan" in c["framework"].lower():
+        par["pipeline_schedule"] = "interleaved_1f1b_torch"  # torch.distributed.pipelining's order
     prec = "fp8" if ("fp8" in t["precision"].lower() or "float8" in t["precision"].lower()) else "bf16"
     dp = p.get("dp") or 1
     devices = hw["devices"]
@@ -100,8 +122,7 @@ def scenario_of(c):
     return {"model": model_of(c, notes), "cluster": {"preset": "dgx-h100", "devices": devices},
             "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
                          "attention_kernel": sc_attention,
-                         # torchtitan computes the loss with plain PyTorch; Megatron with its fused loss.
-                         "cross_entropy": "pytorch" if "torchtitan" in c["framework"].lower() else "fused"},
+                         "cross_entropy": loss_of(c)},
             "parallelism": par}, notes
 
 

@@ -314,13 +314,24 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, co
   // softmax; the softmax is kept for backward.
   Op ce = vec(p + "cross_entropy", Region::Tensor, v * (B + 4.0 + 4.0));
   ce.split = Split::Column;
-  // Besides the saved FP32 softmax (4 bytes per logit): Megatron-core's vocab-parallel loss
-  // (tensor_parallel/cross_entropy.py) exponentiates its FP32 copy in place, so only the 16-bit
-  // logits while they are cast and the 16-bit gradient handed back: 2 x 2 bytes. Plain PyTorch
-  // (F.cross_entropy on logits.float()) peaks in log_softmax's backward with the incoming
-  // gradient and the input gradient in FP32 beside the saved output: 4 + 4 bytes.
-  ce.transient_bytes_per_token = v * (opt.cross_entropy == CrossEntropy::PyTorch ? 8.0 : 2.0 * B);
-  ops.push_back(saving(ce, v * 4.0, SavedLayout::Split, 0));
+  // Saved: the FP32 softmax (4 bytes per logit), except under torch.compile, whose generated
+  // forward keeps the 16-bit logits and one log-sum-exp per token and whose backward rebuilds
+  // the softmax inside the kernel that writes the gradient (2 bytes per logit).
+  // Working buffers: Megatron-core's vocab-parallel loss (tensor_parallel/cross_entropy.py)
+  // exponentiates its FP32 copy in place, so only the 16-bit logits while they are cast and the
+  // 16-bit gradient handed back: 2 x 2 bytes. Plain PyTorch (F.cross_entropy on logits.float())
+  // peaks in log_softmax's backward with the incoming gradient and the input gradient in FP32
+  // beside the saved output: 4 + 4 bytes. Compiled: the 16-bit gradient, 2 bytes.
+  double saved = v * 4.0;
+  switch (opt.cross_entropy) {
+    case CrossEntropy::Fused: ce.transient_bytes_per_token = v * 2.0 * B; break;
+    case CrossEntropy::PyTorch: ce.transient_bytes_per_token = v * 8.0; break;
+    case CrossEntropy::Compiled:
+      ce.transient_bytes_per_token = v * B;
+      saved = v * B;
+      break;
+  }
+  ops.push_back(saving(ce, saved, SavedLayout::Split, 0));
   ops.push_back(comm(p + "loss_reduce", Comm::TpReduceSmall, 3 * 4.0));
 }
 

@@ -36,6 +36,7 @@ class Emitter {
     std::vector<std::vector<TaskLists>> item_gather;  ///< [chunk][item]: parameter gathers per position
     std::vector<int> last_bwd_mb;                     ///< per chunk: micro-batch of the last gradient pass
     std::vector<bool> first_fwd_seen;                 ///< per chunk
+    std::vector<int> first_fwd_mb;                    ///< per chunk: micro-batch of the first forward
   };
 
   void merge_fast_programs();
@@ -428,7 +429,8 @@ void Emitter::finish_op(StageState& ss, const PipeOp& op, const Program& prog, c
 // item runs — the forward, and the backward again after a reshard — one item ahead of the
 // compute at most (the gather of item k waits for item k - 2 to finish: FSDP's prefetch of the
 // next layer), and every pass that completes gradients reduce-scatters each item's gradients
-// as soon as they are done (each micro-batch: unsharded gradients are not kept).
+// as soon as they are done (each micro-batch: unsharded gradients are not kept). Synchronised
+// at the last micro-batch only, each item is gathered once and reduce-scattered once a step.
 void Emitter::sharded_parameters(const StageState& ss, const PipeOp& op, const Program& prog,
                                  const std::vector<sim::TaskId>& tasks) {
   const int stage = ss.stage;
@@ -437,7 +439,11 @@ void Emitter::sharded_parameters(const StageState& ss, const PipeOp& op, const P
   int entry = 0;
   while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
   const bool forward = op.phase == Phase::Forward;
-  const bool gather = forward || (op.phase == Phase::Backward && p_.reshard_after_forward);
+  // Gradients synchronised at the last micro-batch only: the weights are gathered once, before
+  // the first forward, and stay; the gradients are reduce-scattered once, after the last pass.
+  const bool every = p_.grad_sync_every_microbatch;
+  const bool gather = every ? forward || (op.phase == Phase::Backward && p_.reshard_after_forward)
+                            : forward && op.microbatch == ss.first_fwd_mb[op.chunk];
   if (gather) {
     // Items in the order the pass runs them: forward 0..n-1, backward n-1..0.
     for (int j = 0; j < n; ++j) {
@@ -457,7 +463,7 @@ void Emitter::sharded_parameters(const StageState& ss, const PipeOp& op, const P
         }
     }
   }
-  if (op.phase != grads_done_) return;
+  if (op.phase != grads_done_ || (!every && op.microbatch != ss.last_bwd_mb[op.chunk])) return;
   for (int k = n - 1; k >= 0; --k) {
     if (prog.item_end[k] < 0) continue;
     const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
@@ -495,6 +501,9 @@ void Emitter::emit_stage(int stage) {
   for (const PipeOp& op : in_.schedule[stage])
     if (op.phase == grads_done_) ss.last_bwd_mb[op.chunk] = op.microbatch;
   ss.first_fwd_seen.assign(vpp_, false);
+  ss.first_fwd_mb.assign(vpp_, -1);
+  for (const PipeOp& op : in_.schedule[stage])
+    if (op.phase == Phase::Forward && ss.first_fwd_mb[op.chunk] < 0) ss.first_fwd_mb[op.chunk] = op.microbatch;
 
   const auto& order = in_.schedule[stage];
   const bool pairs = pairs_forward_backward(p_.schedule);

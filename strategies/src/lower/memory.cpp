@@ -13,13 +13,16 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
   mem.weights_bytes = params * wb;
   const double gb = grad_bytes_per_param(p);
   mem.gradients_bytes = params * gb;
-  if (p.dp_sharding == DpSharding::OptimizerGradients) {
+  // Gradients accumulated unsharded until the last micro-batch: every parameter's gradient in
+  // the reduce dtype, and the parameters stay gathered across the micro-batches.
+  const bool accumulate_unsharded = !p.grad_sync_every_microbatch;
+  if (p.dp_sharding == DpSharding::OptimizerGradients && !accumulate_unsharded) {
     mem.gradients_bytes = std::min(params, shard + std::min(params, kGradientBucketParams)) * gb;
   } else if (p.dp_sharding == DpSharding::Full) {
     const double item = std::min(params, in.largest_item_params);
-    const double gathered = p.reshard_after_forward ? std::min(params, 2.0 * item) : params;
+    const double gathered = p.reshard_after_forward && !accumulate_unsharded ? std::min(params, 2.0 * item) : params;
     mem.weights_bytes = std::min(params, shard + gathered) * wb;
-    mem.gradients_bytes = std::min(params, shard + item) * gb;
+    mem.gradients_bytes = accumulate_unsharded ? params * gb : std::min(params, shard + item) * gb;
   }
   mem.optimizer_bytes = kAdamStateBytesPerParam * shard;
   if (p.swap_optimizer) {

@@ -107,6 +107,11 @@ void parse_dp_sharding(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.dp_sharding = s;
   p.distributed_optimizer = s != DpSharding::None;
   p.reshard_after_forward = r.boolean({"fsdp_reshard_after_forward", "reshard_after_forward"}, true);
+  const std::string sync = r.string({"fsdp_gradient_sync"}, "every_microbatch", {"every_microbatch", "last_microbatch"});
+  p.grad_sync_every_microbatch = sync == "every_microbatch";
+  if (!p.grad_sync_every_microbatch && s != DpSharding::OptimizerGradients && s != DpSharding::Full)
+    diag.error(r.child_pointer("fsdp_gradient_sync"), "\"last_microbatch\"",
+               "needs sharded gradients (data_parallel_sharding_strategy optim_grads or optim_grads_params)");
 }
 
 /// Optimizer, overlap and swap switches.
@@ -221,8 +226,10 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "unfused"});
   t.workload.attention = kernel == "unfused" ? models::AttentionKernel::Unfused : models::AttentionKernel::Flash;
   t.workload.dropout = r.number({"dropout"}, 0.0, 0.0, 0.99);
-  const std::string ce = r.string({"cross_entropy"}, "fused", {"fused", "pytorch"});
-  t.workload.cross_entropy = ce == "pytorch" ? models::CrossEntropy::PyTorch : models::CrossEntropy::Fused;
+  const std::string ce = r.string({"cross_entropy"}, "fused", {"fused", "pytorch", "compiled"});
+  t.workload.cross_entropy = ce == "pytorch"    ? models::CrossEntropy::PyTorch
+                             : ce == "compiled" ? models::CrossEntropy::Compiled
+                                                : models::CrossEntropy::Fused;
   if (const auto* d = r.get({"documents"})) {
     ObjectReader q(*d, r.child_pointer("documents"), diag);
     t.documents.packed = true;

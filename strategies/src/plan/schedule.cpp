@@ -44,14 +44,18 @@ StageOrder one_f_one_b(int p, int s, int m) {
   return o;
 }
 
-StageOrder interleaved(int p, int v, int s, int m) {
+/// Interleaved 1F1B's warm-up: (p - s - 1) x 2 + (v - 1) x p forwards, all of them when the
+/// micro-batches equal the stages in Megatron (schedules.py, all_warmup_microbatches), never in
+/// torch.distributed.pipelining (ScheduleInterleaved1F1B._get_warmup_ops).
+int interleaved_warmup(int p, int v, int s, int m, bool megatron) {
   const int total = m * v;
-  int warmup = 0;
-  if (m == p) {
-    warmup = total;  // Megatron: all warm-up when micro-batches equal stages
-  } else {
-    warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
-  }
+  if (megatron && m == p) return total;
+  return std::min((p - s - 1) * 2 + (v - 1) * p, total);
+}
+
+StageOrder interleaved(int p, int v, int s, int m, bool megatron = true) {
+  const int total = m * v;
+  const int warmup = interleaved_warmup(p, v, s, m, megatron);
   auto fwd = [&](int k) {
     const int chunk = (k / p) % v;
     const int mb = (k / (p * v)) * p + k % p;
@@ -316,11 +320,11 @@ std::vector<StageOrder> dualpipe(int p, int m) {
 
 /// 1F1B keeps p - s micro-batches in flight; interleaved 1F1B its warm-up plus one.
 int inflight_interleaved_or_1f1b(int pp, int vpp, int m, int stage) {
-  if (vpp > 1) {
-    const int total = m * vpp;
-    const int warm = (m == pp) ? total : std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
-    return std::min(total, warm + 1);
-  }
+  if (vpp > 1) return std::min(m * vpp, interleaved_warmup(pp, vpp, stage, m, true) + 1);
+  return std::min(pp - stage, m);
+}
+int inflight_interleaved_torch(int pp, int vpp, int m, int stage) {
+  if (vpp > 1) return std::min(m * vpp, interleaved_warmup(pp, vpp, stage, m, false) + 1);
   return std::min(pp - stage, m);
 }
 /// ZB-H1's deferred Ws keep a few more micro-batches (the lowering's list schedule: +3 on the
@@ -361,6 +365,11 @@ std::vector<StageOrder> generate_1f1b(int pp, int vpp, int m, const StageCosts&)
 std::vector<StageOrder> generate_interleaved(int pp, int vpp, int m, const StageCosts&) {
   std::vector<StageOrder> out(static_cast<std::size_t>(pp));
   for (int s = 0; s < pp; ++s) out[s] = vpp > 1 ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
+  return out;
+}
+std::vector<StageOrder> generate_interleaved_torch(int pp, int vpp, int m, const StageCosts&) {
+  std::vector<StageOrder> out(static_cast<std::size_t>(pp));
+  for (int s = 0; s < pp; ++s) out[s] = vpp > 1 ? interleaved(pp, vpp, s, m, false) : one_f_one_b(pp, s, m);
   return out;
 }
 std::vector<StageOrder> generate_zb_h1(int pp, int, int m, const StageCosts& costs) { return zero_bubble_h1(pp, m, costs); }
@@ -426,6 +435,8 @@ constexpr ScheduleTraits kTable[] = {
      inflight_v, fill_dualpipe_v, check_dualpipe_v, vpp_v},
     {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true, false,  false, 1, 2, generate_dualpipe,
      inflight_dualpipe, fill_dualpipe, check_dualpipe, vpp_dualpipe},
+    {ScheduleKind::InterleavedTorch, "interleaved_1f1b_torch", false, false, false, false, false, false, 0, 0,
+     generate_interleaved_torch, inflight_interleaved_torch, fill_1f1b, check_interleaved, any_vpp},
 };
 
 static_assert([] {

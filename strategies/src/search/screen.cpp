@@ -228,6 +228,10 @@ double Screen::dp_exposed(const StageSums& ss) const {
     if (p_.dp_sharding == DpSharding::Full) {
       // Per item and micro-batch: gathers before the forward (and the backward after a
       // reshard), a reduce-scatter after the backward, prefetched under the passes' compute.
+      if (!p_.grad_sync_every_microbatch) {  // once a step: under the first forward and the last backward
+        exposed = std::max(exposed, std::max(0.0, ag - ss.F[st]) + std::max(0.0, rs - ss.B[st]));
+        continue;
+      }
       const double per_mb = ag * (p_.reshard_after_forward ? 2.0 : 1.0) + rs;
       exposed = std::max(exposed, p_.num_microbatches * std::max(0.0, per_mb - (ss.F[st] + ss.B[st])));
       continue;

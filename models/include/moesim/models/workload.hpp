@@ -147,8 +147,10 @@ struct Workload {
 inline constexpr double kActivationBytes = 2.0;  ///< BF16/FP16 activations
 
 /// How the loss is computed over the vocabulary: Megatron-core's fused vocab-parallel
-/// cross-entropy, or plain PyTorch (`F.cross_entropy(logits.float(), labels)`, torchtitan).
-enum class CrossEntropy : std::uint8_t { Fused, PyTorch };
+/// cross-entropy, plain PyTorch (`F.cross_entropy(logits.float(), labels)`, torchtitan before
+/// 2025), or that same function under torch.compile (torchtitan's loss when compiling, from
+/// 2025: components/loss.py `build_cross_entropy_loss`).
+enum class CrossEntropy : std::uint8_t { Fused, PyTorch, Compiled };
 
 struct WorkloadOptions {
   double dropout = 0.0;  ///< hidden and attention dropout probability (0: no dropout kernels)

@@ -73,7 +73,9 @@ struct InflightPeak {
 /// (ZeRO-2: the local shard plus one bucket being reduce-scattered), then the weights (ZeRO-3 /
 /// FSDP: the local shard plus the layers gathered at once — the current and the prefetched one,
 /// or every layer of the stage between forward and backward without reshard_after_forward —
-/// and one layer's unsharded gradients before their reduce-scatter).
+/// and one layer's unsharded gradients before their reduce-scatter). With gradients synchronised
+/// at the last micro-batch only (Plan::grad_sync_every_microbatch false), every gradient is held
+/// unsharded and the gathered weights stay for the whole step.
 [[nodiscard]] MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision,
                                            double reserved_bytes, const StageMemoryInput& in);
 

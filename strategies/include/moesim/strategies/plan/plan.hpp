@@ -82,6 +82,13 @@ struct Plan {
   /// Full sharding: the gathered weights are freed after the forward and gathered again for the
   /// backward (FSDP's reshard_after_forward; ZeRO-3). Without it they stay until the backward.
   bool reshard_after_forward = true;
+  /// Sharded gradients (OptimizerGradients, Full): reduce-scattered after every micro-batch's
+  /// backward (Megatron-FSDP, DeepSpeed ZeRO, FSDP outside a pipeline), or accumulated unsharded
+  /// in the reduce dtype and reduce-scattered once after the last micro-batch, with the gathered
+  /// parameters kept from the first forward to the last backward — what
+  /// torch.distributed.pipelining's stage does to an FSDP2 module (set_requires_gradient_sync
+  /// and set_reshard_after_backward false for all but the last backward).
+  bool grad_sync_every_microbatch = true;
   bool moe_tp_extend_ep = false;  ///< MindSpeed: TP ranks become extra EP ranks (experts not TP-split)
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;
