@@ -168,3 +168,256 @@ TEST_CASE("memory: operator-level checkpointing and the loss implementation", "[
   CHECK(pt.result.stages[0].memory.activations_bytes - cc.result.stages[0].memory.activations_bytes ==
         Approx(2.0 * 2048 * 32000));
 }
+
+// --- The memory detail (`moesim simulate --memory-detail`): every activation term per operator,
+// with what recomputation drops and the static parts, reconciled with the stage's sums.
+
+namespace {
+
+/// A small dense Llama-like model on one device per stage: h 1024, 16 heads of 64, 4 KV heads,
+/// SwiGLU width 2816, 4 layers, sequence 1024, micro-batch 1, TP 1, BF16, flash attention.
+nlohmann::json small_llama() {
+  return nlohmann::json::parse(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 2816,
+              "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 1024, "global_batch_size": 32, "precision": "bf16"},
+    "parallelism": {"tp": 1, "pp": 1, "mbs": 1}})");
+}
+
+Simulation detailed(const nlohmann::json& j) { return simulate(load_scenario(j, "t.json", ""), nullptr, true); }
+
+const MemoryItem* item_of(const MemoryDetail& d, const std::string& kind) {
+  for (const MemoryItem& it : d.items)
+    if (it.kind == kind) return &it;
+  return nullptr;
+}
+
+const MemoryTerm* term_of(const MemoryItem& it, const std::string& op) {
+  for (const MemoryTerm& t : it.terms)
+    if (t.op == op) return &t;
+  return nullptr;
+}
+
+/// The detail's own sums: terms add up to their item, items x counts to the stage's chunks,
+/// the static parts to the stage's total.
+void check_sums(const Simulation& sim) {
+  REQUIRE(sim.result.memory_detail.has_value());
+  const MemoryDetail& d = *sim.result.memory_detail;
+  double per_mb = 0;
+  for (const MemoryItem& it : d.items) {
+    double full = 0, kept = 0;
+    for (const MemoryTerm& t : it.terms) {
+      full += t.full_bytes;
+      kept += t.kept_bytes;
+      if (t.full_bytes > 0) CHECK(t.kept_bytes <= t.full_bytes);  // 0: a tensor only the checkpoint keeps
+      if (t.kept_bytes < t.full_bytes) CHECK(std::string(t.dropped_by) != "");
+      CHECK(std::string(t.note) != "");
+    }
+    CHECK(full == Approx(it.full_bytes).epsilon(1e-12));
+    CHECK(kept == Approx(it.kept_bytes).epsilon(1e-12));
+    per_mb += it.kept_bytes * it.count;
+  }
+  double chunks = 0;
+  for (double c : d.chunk_bytes) chunks += c;
+  CHECK(per_mb == Approx(chunks).epsilon(1e-12));
+  CHECK(per_mb == Approx(d.per_microbatch_bytes).epsilon(1e-12));
+  const MemoryBreakdown& m = sim.result.stages[static_cast<std::size_t>(d.stage)].memory;
+  CHECK(d.activations_bytes == m.activations_bytes);
+  CHECK(d.total_bytes == m.total());
+  CHECK(d.total_bytes == sim.result.peak_memory_bytes);  // the stage that decides "fits"
+  double statics = 0;
+  for (const MemoryStaticTerm& t : d.statics) statics += t.bytes;
+  CHECK(statics == Approx(m.total()).epsilon(1e-12));
+}
+
+}  // namespace
+
+TEST_CASE("memory detail: a dense layer's terms add up to the hand-derived bytes (flash, no recompute)",
+          "[memory][detail]") {
+  const Simulation sim = detailed(small_llama());
+  check_sums(sim);
+  const MemoryDetail& d = *sim.result.memory_detail;
+  const MemoryItem* layer = item_of(d, "dense_layer");
+  REQUIRE(layer != nullptr);
+  CHECK(layer->count == 4);
+  // Per token (b = 1, TP 1) and layer, from Korthikanti et al. 2022's 34sbh + 5as^2b (MHA, a 4h
+  // GeLU MLP, dropout): no dropout drops the two 1-byte masks (-2h); flash attention drops
+  // 5as^2b and keeps a 4-byte log-sum-exp per head (+4a); GQA keeps Q, K, V as 2(a + 2kv)d
+  // instead of 6h; the SwiGLU MLP of width f keeps 2 x 2f before and 2f after the activation
+  // instead of 8h + 8h. What is left of the 34h: two norm inputs, the QKV and up GEMM inputs and
+  // the attention output, 2h each = 10h.
+  //   h 1024, a 16, kv 4, d 64, f 2816:
+  //   10h + 2(a + 2kv)d + 4a + 6f = 10240 + 3072 + 64 + 16896 = 30272 bytes per token.
+  const double tokens = 1024;
+  CHECK(layer->full_bytes == 30272 * tokens);
+  CHECK(layer->kept_bytes == 30272 * tokens);
+  const MemoryTerm* core = term_of(*layer, "core_attn");
+  REQUIRE(core != nullptr);
+  CHECK(core->full_bytes == (3072 + 64) * tokens);
+  CHECK(std::string(core->note).find("flash") != std::string::npos);
+  const MemoryTerm* act = term_of(*layer, "mlp_act");
+  REQUIRE(act != nullptr);
+  CHECK(act->kept_bytes == 4 * 2816 * tokens);
+  CHECK(std::string(act->note).find("SwiGLU") != std::string::npos);
+  for (const MemoryTerm& t : layer->terms) CHECK(std::string(t.dropped_by).empty());
+  // Head: final_norm and lm_head inputs (2h each) and the FP32 softmax over the vocabulary.
+  const MemoryItem* head = item_of(d, "head");
+  REQUIRE(head != nullptr);
+  CHECK(head->kept_bytes == (2 * 1024 + 2 * 1024 + 4 * 32000) * tokens);
+  // Transient: the output layer's logits and their gradient.
+  CHECK(d.transient_bytes == sim.result.stages[0].memory.transient_bytes);
+  CHECK(d.transient_source.find("lm_head") != std::string::npos);
+}
+
+TEST_CASE("memory detail: full recompute keeps only the layer input, 2sbh", "[memory][detail]") {
+  nlohmann::json j = small_llama();
+  j["parallelism"]["recompute_granularity"] = "full";
+  const Simulation sim = detailed(j);
+  check_sums(sim);
+  const MemoryDetail& d = *sim.result.memory_detail;
+  const MemoryItem* layer = item_of(d, "dense_layer (full recompute)");
+  REQUIRE(layer != nullptr);
+  CHECK(layer->count == 4);
+  CHECK(layer->full_bytes == 30272 * 1024.0);
+  CHECK(layer->kept_bytes == 2.0 * 1024 * 1024);  // s b h x 2 bytes
+  for (const MemoryTerm& t : layer->terms) {
+    if (t.op == "layer input") {
+      CHECK(t.kept_bytes == 2.0 * 1024 * 1024);
+      CHECK(t.full_bytes == 0);  // without recomputation it is attn_norm's saved input
+    } else {
+      CHECK(t.kept_bytes == 0);
+      CHECK(std::string(t.dropped_by) == "full recompute");
+    }
+  }
+  // The head is no decoder layer: full recompute keeps its terms.
+  const MemoryItem* head = item_of(d, "head");
+  REQUIRE(head != nullptr);
+  CHECK(head->kept_bytes == head->full_bytes);
+}
+
+TEST_CASE("memory detail: recompute module moe_act drops the experts' activation output", "[memory][detail]") {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+              "moe_intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 64, "num_experts": 16, "num_experts_per_tok": 4,
+              "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 1024, "global_batch_size": 32, "precision": "bf16"},
+    "parallelism": {"tp": 1, "pp": 1, "ep": 4, "mbs": 1}})");
+  const Simulation none = detailed(j);
+  j["parallelism"]["recompute_granularity"] = "selective";
+  j["parallelism"]["recompute_modules"] = {"moe_act"};
+  const Simulation sel = detailed(j);
+  check_sums(none);
+  check_sums(sel);
+  const MemoryItem* a = item_of(*none.result.memory_detail, "moe_layer");
+  const MemoryItem* b = item_of(*sel.result.memory_detail, "moe_layer");
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  // Per routed copy (k = 4 per token): the activation's output, 2 B x f (512).
+  const MemoryTerm* down_none = term_of(*a, "expert_down");
+  const MemoryTerm* down = term_of(*b, "expert_down");
+  REQUIRE(down_none != nullptr);
+  REQUIRE(down != nullptr);
+  CHECK(down_none->kept_bytes == 2.0 * 512 * 4 * 1024);
+  CHECK(std::string(down_none->dropped_by).empty());
+  CHECK(down->full_bytes == 2.0 * 512 * 4 * 1024);
+  CHECK(down->kept_bytes == 0);
+  CHECK(std::string(down->dropped_by) == "recompute module moe_act");
+  // The activation's input (gate and up outputs) stays: moe_act re-runs only the activation.
+  const MemoryTerm* act = term_of(*b, "expert_act");
+  REQUIRE(act != nullptr);
+  CHECK(act->kept_bytes == 2.0 * 2 * 512 * 4 * 1024);
+  CHECK(a->kept_bytes - b->kept_bytes == 2.0 * 512 * 4 * 1024);
+}
+
+TEST_CASE("memory detail: reconciliation with the walked peak, op-level checkpointing, unfused scores",
+          "[memory][detail]") {
+  // An even pipeline (one chunk per stage): in-flight chunks x one micro-batch is the peak.
+  nlohmann::json j = small_llama();
+  j["parallelism"]["pp"] = 2;
+  const Simulation pp2 = detailed(j);
+  check_sums(pp2);
+  const MemoryDetail& d = *pp2.result.memory_detail;
+  CHECK(d.chunks == 1);
+  CHECK(d.inflight_chunks == pp2.result.stages[static_cast<std::size_t>(d.stage)].memory.peak_inflight);
+  CHECK(d.inflight_chunks >= 1);
+  CHECK(std::abs(d.walked_peak_bytes - d.estimate_bytes) < 1e-6 * d.walked_peak_bytes);
+  CHECK(d.estimate_bytes == Approx(d.per_microbatch_bytes * d.inflight_chunks).epsilon(1e-12));
+  CHECK(d.swapped_activation_bytes == 0);
+  CHECK(d.walked_peak_bytes == d.activations_bytes);
+  // JSON: memory.detail only when asked; the result without it is unchanged.
+  const Scenario s = load_scenario(j, "t.json", "");
+  nlohmann::json with = to_json(pp2.result, s, false);
+  REQUIRE(with["memory"].contains("detail"));
+  CHECK(with["memory"]["detail"]["stage"] == d.stage);
+  CHECK(with["memory"]["detail"]["items"][0].contains("terms"));
+  CHECK(with["memory"]["detail"]["static"].size() == d.statics.size());
+  const Simulation plain = simulate(s);
+  CHECK_FALSE(plain.result.memory_detail.has_value());
+  nlohmann::json without = to_json(plain.result, s, false);
+  CHECK_FALSE(without["memory"].contains("detail"));
+  with["memory"].erase("detail");
+  CHECK(with == without);
+  const std::string table = format_memory_detail(d, pp2.result.capacity_bytes);
+  CHECK(table.find("check:") != std::string::npos);
+  CHECK(table.find("core_attn") != std::string::npos);
+
+  // Operator-level checkpointing: every operator's bytes dropped, the kept tensors listed.
+  j = small_llama();
+  j["parallelism"]["recompute_granularity"] = "selective_op";
+  const Simulation op = detailed(j);
+  check_sums(op);
+  const MemoryItem* layer = item_of(*op.result.memory_detail, "dense_layer");
+  REQUIRE(layer != nullptr);
+  // As in "operator-level checkpointing and the loss implementation", at h 1024, kv 256, f 2816:
+  // 2 x (1024 + 1536 + 5632 + 1024) + 64 bytes per token.
+  CHECK(layer->kept_bytes == (2.0 * (1024 + 1536 + 5632 + 1024) + 64) * 1024);
+  REQUIRE(term_of(*layer, "qkv") != nullptr);
+  CHECK(std::string(term_of(*layer, "qkv")->dropped_by) == "op-level checkpointing");
+  REQUIRE(term_of(*layer, "qkv output") != nullptr);
+
+  // Unfused attention with dropout: the s x s terms, 5 bytes per score of each head.
+  j = small_llama();
+  j["training"]["attention_kernel"] = "unfused";
+  j["training"]["dropout"] = 0.1;
+  const Simulation unf = detailed(j);
+  check_sums(unf);
+  const MemoryItem* ul = item_of(*unf.result.memory_detail, "dense_layer");
+  REQUIRE(ul != nullptr);
+  const MemoryTerm* scores = term_of(*ul, "core_attn s^2 scores");
+  REQUIRE(scores != nullptr);
+  CHECK(scores->kept_bytes == 5.0 * 16 * 1024 * 1024);
+  // 34sbh - (6h - 2(a + 2kv)d) for GQA - (16h - 6f) for SwiGLU + 4a statistics, as above with
+  // both dropout masks: 30272 + 2h.
+  CHECK(ul->kept_bytes == (30272.0 + 2 * 1024) * 1024 + 5.0 * 16 * 1024 * 1024);
+}
+
+TEST_CASE("workload: every operator that keeps bytes for backward says what and from where", "[memory][detail]") {
+  const Scenario pangu = load_scenario_file(std::string(MOESIM_SOURCE_DIR) + "/scenarios/pangu-ultra-moe-718b.json", {});
+  const Scenario llama = load_scenario(small_llama(), "t.json", "");
+  models::ModelSpec mla_no_q_lora = pangu.model;  // DeepSeek-V2-Lite's attention: q_proj, no q_down
+  mla_no_q_lora.q_lora_rank = 0;
+  models::ModelSpec gelu = llama.model;
+  gelu.mlp = models::MlpKind::GELU;
+  const std::vector<const models::ModelSpec*> specs{&pangu.model, &llama.model, &mla_no_q_lora, &gelu};
+  for (const models::ModelSpec* m : specs) {
+    for (auto kernel : {models::AttentionKernel::Flash, models::AttentionKernel::Unfused})
+      for (auto ce : {models::CrossEntropy::Fused, models::CrossEntropy::PyTorch, models::CrossEntropy::Compiled})
+        for (auto probs : {models::MoeProbs::Activation, models::MoeProbs::Output}) {
+          models::WorkloadOptions opt;
+          opt.attention = kernel;
+          opt.cross_entropy = ce;
+          opt.moe_probs = probs;
+          opt.dropout = 0.1;
+          const models::Workload w = models::build_workload(*m, 1024, opt);
+          for (const models::Program& p : w.programs)
+            for (const models::Op& op : p.ops)
+              if (op.saved_bytes > 0) {
+                INFO(p.name << " " << op.name);
+                CHECK(std::string(op.saved_note) != "");
+              }
+        }
+  }
+}

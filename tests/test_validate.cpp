@@ -1,5 +1,8 @@
 // tools/validate: published step times by each source's own definition, case conversion.
+#include <cmath>
+
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "moesim/strategies/output/simulate.hpp"
 #include "validate.hpp"
@@ -147,4 +150,183 @@ TEST_CASE("validate: model-zoo cases split layers + embedding + loss evenly and 
   CHECK(conv.scenario["parallelism"]["pipeline_layer_partition"] == "auto");
   CHECK(conv.scenario["parallelism"]["overlap_grad_reduce"] == true);
   CHECK(conv.scenario["parallelism"]["overlap_param_gather"] == true);
+}
+
+namespace {
+// A small Llama (8 layers, 2048 wide) on 16 H100s, two pipeline stages, as a ready scenario.
+json small_memory_case() {
+  return json::parse(R"({
+    "id": "mem_002", "category": "memory_test",
+    "scenario": {
+      "model": {"name": "small-llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+                "intermediate_size": 5632, "num_hidden_layers": 8, "num_attention_heads": 16,
+                "num_key_value_heads": 4, "vocab_size": 32000},
+      "cluster": {"preset": "dgx-h100", "devices": 16},
+      "training": {"seq_length": 2048, "global_batch_size": 64},
+      "parallelism": {"tp": 1, "pp": 2, "mbs": 1}},
+    "measured": {"step_time_s": 1.0, "peak_memory_gib": 20.0}})");
+}
+
+ValidateOptions fast() {
+  ValidateOptions opt;
+  opt.fidelity = strategies::Fidelity::Fast;
+  return opt;
+}
+}  // namespace
+
+TEST_CASE("validate: the memory error compares the measured peak with the worst stage without the reserve",
+          "[validate]") {
+  const json c = small_memory_case();
+  const ValidationReport rep = validate(json::array({c}), "mem.json", fast());
+  REQUIRE(rep.cases.size() == 1);
+  const CaseOutcome& o = rep.cases[0];
+  REQUIRE(o.status == "ok");
+  // By hand from the same scenario's simulation: the stage with the largest total, less the
+  // runtime reserve that PyTorch's allocator statistics do not see.
+  strategies::Scenario sc = strategies::load_scenario(c["scenario"], "t", "");
+  strategies::set_fidelity(sc, strategies::Fidelity::Fast);
+  const strategies::Result res = strategies::simulate(sc).result;
+  REQUIRE(res.stages.size() == 2);
+  const auto& m0 = res.stages[0].memory;
+  const auto& m1 = res.stages[1].memory;
+  const auto& worst = m1.total() > m0.total() ? m1 : m0;
+  REQUIRE(worst.reserved_bytes > 0);  // else "without the reserve" would not be tested
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double allocated = (worst.total() - worst.reserved_bytes) / gib;
+  CHECK(o.predicted_allocated_gib == Approx(allocated).epsilon(1e-12));
+  CHECK(o.predicted_peak_gib == Approx(worst.total() / gib).epsilon(1e-12));
+  CHECK(o.capacity_gib == Approx(80.0));
+  REQUIRE(o.measured_peak_gib.has_value());
+  CHECK(o.memory_error_pct == Approx(100.0 * (allocated - 20.0) / 20.0).epsilon(1e-12));
+  CHECK(rep.memory.n == 1);
+  CHECK(rep.memory.mean_abs_pct == Approx(std::abs(o.memory_error_pct)));
+  CHECK(rep.memory.worst == "mem_002");
+  CHECK(rep.all.n == 1);  // it has a step time too: counted in both
+  CHECK(rep.predicted_not_to_fit.empty());
+  // The same peak in GB (1e9 bytes) is 20e9 / 2^30 GiB.
+  json in_gb = c;
+  in_gb["measured"] = {{"step_time_s", 1.0}, {"peak_memory", 20.0}, {"unit", "GB"}};
+  const CaseOutcome g = validate(json::array({in_gb}), "mem.json", fast()).cases.at(0);
+  REQUIRE(g.measured_peak_gib.has_value());
+  CHECK(*g.measured_peak_gib == Approx(20e9 / gib));
+  CHECK(g.memory_error_pct == Approx(100.0 * (allocated - 20e9 / gib) / (20e9 / gib)));
+  // JSON: the memory fields per case and in the summary, the step-time keys unchanged.
+  const json j = to_json(rep);
+  CHECK(j["cases"][0]["predicted_allocated_gib"].get<double>() == Approx(allocated));
+  CHECK(j["cases"][0]["measured_peak_gib"] == 20.0);
+  CHECK(j["cases"][0]["memory_error_pct"].get<double>() == Approx(o.memory_error_pct));
+  CHECK(j["cases"][0].contains("error_pct"));
+  CHECK(j["summary"]["memory"]["cases"] == 1);
+  CHECK(j["summary"]["predicted_not_to_fit"].empty());
+}
+
+TEST_CASE("validate: a peak logged by one rank is compared with that rank's pipeline stage", "[validate]") {
+  // Megatron-LM logs the last rank's peak; the case says so with measured.peak_memory_stage.
+  const json c = small_memory_case();
+  strategies::Scenario sc = strategies::load_scenario(c["scenario"], "t", "");
+  strategies::set_fidelity(sc, strategies::Fidelity::Fast);
+  const strategies::Result res = strategies::simulate(sc).result;
+  REQUIRE(res.stages.size() == 2);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  auto allocated = [&](std::size_t s) { return (res.stages[s].memory.total() - res.stages[s].memory.reserved_bytes) / gib; };
+  REQUIRE(allocated(0) != Approx(allocated(1)));  // else the stage would not matter
+  for (const auto& [stage, index] : std::vector<std::pair<json, int>>{{"first", 0}, {"last", 1}, {0, 0}, {1, 1}}) {
+    json x = c;
+    x["measured"]["peak_memory_stage"] = stage;
+    const CaseOutcome o = validate(json::array({x}), "mem.json", fast()).cases.at(0);
+    REQUIRE(o.status == "ok");
+    CHECK(o.memory_stage == index);
+    CHECK(o.predicted_allocated_gib == Approx(allocated(static_cast<std::size_t>(index))).epsilon(1e-12));
+    CHECK(o.memory_error_pct == Approx(100.0 * (allocated(static_cast<std::size_t>(index)) - 20.0) / 20.0).epsilon(1e-12));
+    // The infeasibility verdict stays the worst stage's.
+    CHECK(o.predicted_peak_gib == Approx(res.peak_memory_bytes / gib).epsilon(1e-12));
+  }
+  // A stage that is not one: an error naming the file, the path and the value.
+  json bad = c;
+  bad["measured"]["peak_memory_stage"] = "middle";
+  const CaseOutcome e = validate(json::array({bad}), "mem.json", fast()).cases.at(0);
+  CHECK(e.status == "error");
+  CHECK(e.reason.find("mem.json") != std::string::npos);
+  CHECK(e.reason.find("/measured/peak_memory_stage") != std::string::npos);
+  CHECK(e.reason.find("middle") != std::string::npos);
+}
+
+TEST_CASE("validate: a case with only a measured peak runs for memory and stays out of the step-time figures",
+          "[validate]") {
+  json mem_only = small_memory_case();
+  mem_only["id"] = "mem_003";
+  mem_only["measured"] = {{"peak_memory", 20.0}, {"unit", "GiB"}};
+  json timed = small_memory_case();
+  timed["id"] = "run_004";
+  timed["measured"] = {{"step_time_s", 1.0}};
+  const ValidationReport rep = validate(json::array({mem_only, timed}), "mem.json", fast());
+  REQUIRE(rep.cases.size() == 2);
+  const CaseOutcome& o = rep.cases[0];
+  CHECK(o.status == "ok");  // not skipped for its missing step time
+  CHECK_FALSE(o.timed);
+  CHECK(o.predicted_allocated_gib > 0);
+  CHECK(rep.skipped == 0);
+  CHECK(rep.ran == 2);
+  // Step-time statistics hold only the timed case; memory statistics only the measured peak.
+  CHECK(rep.all.n == 1);
+  CHECK(rep.all.worst == "run_004");
+  CHECK(rep.held_out.n == 0);  // mem_003 (odd) would have been the held-out half's only case
+  REQUIRE(rep.by_category.size() == 1);
+  CHECK(rep.by_category[0].second.n == 1);
+  CHECK(rep.memory.n == 1);
+  CHECK(rep.memory.worst == "mem_003");
+  const json j = to_json(rep);
+  CHECK_FALSE(j["cases"][0].contains("error_pct"));
+  CHECK_FALSE(j["cases"][0].contains("published_s"));
+  CHECK(j["cases"][0].contains("memory_error_pct"));
+  CHECK_FALSE(j["cases"][1].contains("memory_error_pct"));
+  CHECK(j["cases"][1].contains("predicted_peak_gib"));
+  // Markdown: the memory columns, dashes for what was not measured.
+  const std::string md = to_markdown(rep);
+  CHECK(md.find("| peak GiB | memory error |") != std::string::npos);
+  CHECK(md.find(fmt::format("memory (measured peaks): 1 cases, mean |error| {:.1f}%", std::abs(o.memory_error_pct))) !=
+        std::string::npos);
+  CHECK(md.find("predicted not to fit: 0 of 2 runs that ran") != std::string::npos);
+  const auto row = [&](const std::string& id) {
+    const auto at = md.find("| " + id);
+    REQUIRE(at != std::string::npos);
+    return md.substr(at, md.find('\n', at) - at);
+  };
+  const std::string peak = fmt::format("| {:.1f}/80 |", o.predicted_peak_gib);
+  CHECK(row("mem_003").find(peak + fmt::format(" {:+.1f}% |", o.memory_error_pct)) != std::string::npos);
+  CHECK(row("mem_003").find("| — | — | — |") != std::string::npos);  // published s, predicted s, error
+  CHECK(row("run_004*").find(peak + " — |") != std::string::npos);
+}
+
+TEST_CASE("validate: a measured peak in another unit is an error naming the file, path and value", "[validate]") {
+  json c = small_memory_case();
+  c["measured"] = {{"step_time_s", 1.0}, {"peak_memory", 20000}, {"unit", "MB"}};
+  json ok = small_memory_case();
+  const ValidationReport rep = validate(json{{"cases", json::array({ok, c})}}, "mem.json", fast());
+  REQUIRE(rep.cases.size() == 2);
+  CHECK(rep.cases[0].status == "ok");  // the others still run
+  CHECK(rep.cases[1].status == "error");
+  CHECK(rep.errors == 1);
+  CHECK(rep.cases[1].reason.find("mem.json:/cases/1/measured/unit: \"MB\" must be \"GiB\" or \"GB\"") !=
+        std::string::npos);
+  c["measured"] = {{"peak_memory", 20000}};
+  CHECK(validate(json::array({c}), "mem.json", fast()).cases[0].reason.find("mem.json:/0/measured/unit: is required") !=
+        std::string::npos);
+  c["measured"] = {{"peak_memory_gib", "20"}};
+  CHECK(validate(json::array({c}), "mem.json", fast()).cases[0].reason.find(
+            "mem.json:/0/measured/peak_memory_gib: \"20\" must be a positive number") != std::string::npos);
+}
+
+TEST_CASE("validate: runs predicted not to fit are listed", "[validate]") {
+  json c = small_memory_case();
+  c["id"] = "big_006";
+  c["scenario"]["model"] = "llama3-70b";  // 70B on one stage with no sharding: far beyond 80 GiB
+  c["scenario"]["parallelism"] = {{"tp", 1}, {"pp", 1}, {"mbs", 1}};
+  c["scenario"]["cluster"]["devices"] = 8;
+  const ValidationReport rep = validate(json::array({c, small_memory_case()}), "mem.json", fast());
+  REQUIRE(rep.cases.at(0).status == "ok");
+  CHECK_FALSE(rep.cases[0].feasible);
+  CHECK(rep.predicted_not_to_fit == std::vector<std::string>{"big_006"});
+  CHECK(to_markdown(rep).find("predicted not to fit: 1 of 2 runs that ran (big_006)") != std::string::npos);
+  CHECK(to_json(rep)["summary"]["predicted_not_to_fit"] == json::array({"big_006"}));
 }

@@ -87,7 +87,7 @@ struct Objective {
     double sum = 0;
     int n = 0;
     for (const auto& c : rep.cases)
-      if (c.status == "ok") {
+      if (c.status == "ok" && c.timed) {  // a memory-only case has no step-time error
         sum += std::abs(c.error_pct);
         ++n;
       }

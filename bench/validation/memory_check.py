@@ -17,6 +17,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -71,6 +72,13 @@ def loss_of(c):
     return "compiled" if compiled and date and date.group(0) >= "2025-04-02" else "pytorch"
 
 
+def probs_of(c):
+    """Megatron-core multiplies the routing weights in the experts' activation from 2025-04-09
+    (commit 2659630721; every Megatron case here is later); torchtitan's DeepSeek-V3 weights the
+    expert outputs (MoEArgs.score_before_experts false), which its backward keeps."""
+    return "output" if "torchtitan" in c["framework"].lower() else "activation"
+
+
 def scenario_of(c):
     notes = []
     p, t, hw = c["parallelism"], c["training"], c["hardware"]
@@ -113,6 +121,9 @@ def scenario_of(c):
     sched = (p.get("pipeline_schedule") or "").lower()
     if par["pp"] > 1 and "interleaved" in sched and "vpp" not in par:
         par["vpp"] = 2
+    layers = (c["model"].get("hf_like") or {}).get("num_hidden_layers")
+    if "megatron" in c["framework"].lower() and par["pp"] > 1 and layers and layers % (par["pp"] * par.get("vpp", 1)) == 0:
+        par["pipeline_layer_partition"] = "even"  # Megatron's split when the layers divide
     if par.get("vpp", 1) > 1 and "torchtitan" in c["framework"].lower():
         par["pipeline_schedule"] = "interleaved_1f1b_torch"  # torch.distributed.pipelining's order
     prec = "fp8" if ("fp8" in t["precision"].lower() or "float8" in t["precision"].lower()) else "bf16"
@@ -122,8 +133,40 @@ def scenario_of(c):
     return {"model": model_of(c, notes), "cluster": {"preset": "dgx-h100", "devices": devices},
             "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
                          "attention_kernel": sc_attention,
-                         "cross_entropy": loss_of(c)},
+                         "cross_entropy": loss_of(c), "moe_router_probs": probs_of(c)},
             "parallelism": par}, notes
+
+
+def framework_of(c):
+    """Short framework name for the validate category: "torchtitan", "megatron_lm"."""
+    return re.split(r"[\s(]", c["framework"].strip(), maxsplit=1)[0].lower().replace("-", "_")
+
+
+def validate_cases(cases):
+    """The cases in `moesim validate`'s format (a ready scenario and the measured peak in GiB),
+    the measured peaks and the mapping notes by id."""
+    out, meas, notes = [], {}, {}
+    for c in cases:
+        sc, n = scenario_of(c)
+        meas[c["id"]] = c["measured"]["peak_memory"] * (1.0 if c["measured"]["unit"] == "GiB" else 1e9 / 2**30)
+        notes[c["id"]] = n
+        measured = {"peak_memory_gib": meas[c["id"]]}
+        per = c["measured"].get("per", "").lower()
+        if "last rank" in per:  # Megatron-LM logs the last rank's peak: the last pipeline stage
+            measured["peak_memory_stage"] = "last"
+        out.append({"id": c["id"], "category": "memory_" + framework_of(c), "scenario": sc,
+                    "measured": measured, "notes": n})
+    return out, meas, notes
+
+
+def run_validate(cli, path):
+    """One `moesim validate` over the file: its cases by id, or the reason it did not run."""
+    r = subprocess.run([cli, "validate", str(path), "--format", "json", "--fidelity", "fast"],
+                       capture_output=True, text=True)
+    try:  # exit 2 with a report when no case ran: the cases carry their reasons
+        return {x["id"]: x for x in json.loads(r.stdout)["cases"]}, None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return {}, r.stderr.strip().splitlines()[-1:] or [f"moesim validate exited with {r.returncode}"]
 
 
 def main():
@@ -133,28 +176,32 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--guard", help="recorded limits (JSON with mean_abs_error_pct): exit 1 above them")
     ap.add_argument("--legacy-sharding", action="store_true")
+    ap.add_argument("--write-cases", metavar="PATH",
+                    help="keep the generated `moesim validate` cases file here (run `moesim validate PATH` on it)")
     a = ap.parse_args()
     global LEGACY
     LEGACY = a.legacy_sharding
     cases = json.loads(pathlib.Path(a.cases).read_text())
+    vcases, measured, notes = validate_cases(cases)
+    # One `moesim validate` for all cases: it reports the worst stage's peak without the runtime
+    # reserve (predicted_allocated_gib), since PyTorch's allocator statistics do not see the CUDA
+    # context, NCCL's buffers or the reserve moesim adds per device, and the error against the
+    # measured peak (memory_error_pct).
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(a.write_cases) if a.write_cases else pathlib.Path(tmp) / "memory_validate_cases.json"
+        path.write_text(json.dumps(vcases, indent=1) + "\n")
+        results, failure = run_validate(a.cli, path)
     rows = []
     for c in cases:
-        sc, notes = scenario_of(c)
-        meas = c["measured"]["peak_memory"] * (1.0 if c["measured"]["unit"] == "GiB" else 1e9 / 2**30)
-        r = subprocess.run([a.cli, "simulate", "-", "--format", "json", "--no-wall-time", "--fidelity", "fast"],
-                           input=json.dumps(sc), capture_output=True, text=True)
-        if r.returncode not in (0, 3):  # 3: predicted not to fit (the result is still printed)
-            rows.append({"id": c["id"], "status": "error", "message": r.stderr.strip().splitlines()[-1:]})
-            print(f"{c['id']}: error {r.stderr.strip().splitlines()[-1:]}")
+        res = results.get(c["id"], {"status": "error", "reason": "\n".join(failure or ["not in the report"])})
+        if res["status"] != "ok":
+            message = res.get("reason", res["status"]).strip().splitlines()[-1:]
+            rows.append({"id": c["id"], "status": "error", "message": message})
+            print(f"{c['id']}: error {message}")
             continue
-        res = json.loads(r.stdout)
-        worst = max(res["memory"]["per_stage"], key=lambda st: st["total_bytes"])
-        # PyTorch's allocator statistics do not see the CUDA context, NCCL's buffers or the
-        # runtime reserve moesim adds per device: compare what the framework allocates.
-        pred = (worst["total_bytes"] - worst["reserved_bytes"]) / 2**30
-        err = 100.0 * (pred - meas) / meas
+        meas, pred, err = measured[c["id"]], res["predicted_allocated_gib"], res["memory_error_pct"]
         rows.append({"id": c["id"], "status": "ok", "measured_gib": meas, "predicted_gib": pred, "error_pct": err,
-                     "what": c["measured"]["what"].split(":")[0].split(" ")[0], "notes": notes})
+                     "what": c["measured"]["what"].split(":")[0].split(" ")[0], "notes": notes[c["id"]]})
         print(f"{c['id']}: measured {meas:6.1f} GiB  predicted {pred:6.1f} GiB  {err:+6.1f}%  {c['model']['name'][:40]}")
     ok = [r for r in rows if r["status"] == "ok"]
     mean = statistics.mean(abs(r["error_pct"]) for r in ok) if ok else 0.0

@@ -89,10 +89,12 @@ Op comm(std::string name, Comm c, double bytes_per_token) {
   return o;
 }
 
-Op saving(Op o, double bytes, SavedLayout layout, std::uint32_t tag = 0) {
+// `note`: what is kept and where its size comes from (Op::saved_note, for memory reports).
+Op saving(Op o, double bytes, SavedLayout layout, std::uint32_t tag = 0, const char* note = "") {
   o.saved_bytes = bytes;
   o.saved_layout = layout;
   o.saved_tag = tag;
+  o.saved_note = note;
   return o;
 }
 
@@ -106,7 +108,9 @@ Op norm(std::string name, double width, Region region = Region::Sequence) {
   Op o = vec(std::move(name), region, 2.0 * width * B);
   o.params = width;
   o.rerun_tag = recompute::kNorm;  // its output (the next GEMM's input) is dropped and recomputed
-  return saving(o, width * B, region == Region::Sequence ? SavedLayout::Sequence : SavedLayout::Full, 0);
+  return saving(o, width * B, region == Region::Sequence ? SavedLayout::Sequence : SavedLayout::Full, 0,
+                "normalisation input, 2 B x width per token (Korthikanti et al. 2022, Table 2: 2sbh per "
+                "LayerNorm); its FP32 statistics are not counted");
 }
 
 // Hidden dropout after a sub-layer's output projection: read, write, and a 1-byte mask kept for
@@ -114,7 +118,8 @@ Op norm(std::string name, double width, Region region = Region::Sequence) {
 void dropout_op(std::vector<Op>& ops, const std::string& name, double h, const WorkloadOptions& opt) {
   if (opt.dropout <= 0) return;
   Op d = vec(name, Region::Sequence, h * (B + B + 1.0));
-  ops.push_back(saving(d, h * 1.0, SavedLayout::Sequence, 0));
+  ops.push_back(saving(d, h * 1.0, SavedLayout::Sequence, 0,
+                       "dropout mask, 1 B per element: sbh (Korthikanti et al. 2022, Table 2)"));
 }
 
 void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, const WorkloadOptions& opt) {
@@ -128,26 +133,33 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     // (not the hidden states) are then gathered across TP (Megatron-core MLA with SP).
     if (m.q_lora_rank > 0) {
       ops.push_back(saving(gemm(p + "q_down", Region::Sequence, Split::None, h, m.q_lora_rank), h * B,
-                           SavedLayout::Sequence, recompute::kNorm));
+                           SavedLayout::Sequence, recompute::kNorm,
+                           "input of q_down and kv_down (one tensor), the attn_norm output: 2sbh"));
       ops.push_back(gemm(p + "kv_down", Region::Sequence, Split::None, h, m.kv_lora_rank + m.qk_rope_dim));
       ops.push_back(norm(p + "q_norm", m.q_lora_rank));
     } else {
       ops.push_back(saving(gemm(p + "kv_down", Region::Sequence, Split::None, h, m.kv_lora_rank + m.qk_rope_dim), h * B,
-                           SavedLayout::Sequence, recompute::kNorm));
+                           SavedLayout::Sequence, recompute::kNorm, "input of kv_down, the attn_norm output: 2sbh"));
     }
     ops.push_back(norm(p + "kv_norm", m.kv_lora_rank));
     ops.push_back(comm(p + "latent_gather", Comm::TpGather, latent * B));
     if (m.q_lora_rank > 0) {
       ops.push_back(rerun(saving(gemm(p + "q_up", Region::Tensor, Split::Column, m.q_lora_rank, heads * qk),
-                                 m.q_lora_rank * B, SavedLayout::Full, 0),
+                                 m.q_lora_rank * B, SavedLayout::Full, 0,
+                                 "input of q_up, the gathered q_norm output: 2 B x q_lora_rank per token, all "
+                                 "tokens on every TP rank (moesim estimate)"),
                           recompute::kMlaUp));
     } else {
       ops.push_back(saving(gemm(p + "q_proj", Region::Tensor, Split::Column, h, heads * qk), h * B, SavedLayout::Full,
-                           recompute::kNorm));
+                           recompute::kNorm,
+                           "input of q_proj, the attn_norm output: 2 B x h per token, all tokens on every TP rank "
+                           "(moesim estimate)"));
     }
     ops.push_back(rerun(saving(gemm(p + "kv_up", Region::Tensor, Split::Column, m.kv_lora_rank,
                                     heads * (m.qk_nope_dim + m.v_head_dim)),
-                               m.kv_lora_rank * B, SavedLayout::Full, 0),
+                               m.kv_lora_rank * B, SavedLayout::Full, 0,
+                               "input of kv_up, the gathered kv_norm output: 2 B x kv_lora_rank per token, all "
+                               "tokens on every TP rank (moesim estimate)"),
                         recompute::kMlaUp));
     ops.push_back(rerun(vec(p + "rope", Region::Tensor, 2.0 * (heads + 1) * m.qk_rope_dim * B), recompute::kMlaUp));
     Op core;
@@ -165,9 +177,17 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.window = static_cast<double>(m.sliding_window);
     // Flash attention keeps Q, K, V (the up-projection outputs) and its softmax statistics.
     core.rerun_tag = recompute::kCoreAttn;
-    ops.push_back(saving(core, heads * (2 * qk + m.v_head_dim) * B + heads * 4.0, SavedLayout::Split, recompute::kMlaUp));
+    ops.push_back(saving(core, heads * (2 * qk + m.v_head_dim) * B + heads * 4.0, SavedLayout::Split, recompute::kMlaUp,
+                         opt.attention == AttentionKernel::Flash
+                             ? "Q, K (d_qk each) and V (d_v) of the local heads, 2 B x a(2 d_qk + d_v), and the FP32 "
+                               "log-sum-exp, 4 B x a (flash attention, Dao 2022: no s^2 term)"
+                             : "Q, K (d_qk each) and V (d_v) of the local heads, 2 B x a(2 d_qk + d_v) (Korthikanti "
+                               "et al. 2022: QK^T inputs 4sbh, V 2sbh), plus 4 B x a statistics; the s^2 scores are "
+                               "a term of their own"));
     Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * m.v_head_dim, h), heads * m.v_head_dim * B,
-                  SavedLayout::Split, recompute::kCoreAttn);
+                  SavedLayout::Split, recompute::kCoreAttn,
+                  "attention output O, input of the output projection: 2 B x a d_v (Korthikanti et al. 2022, "
+                  "Table 2: 2sbh); flash attention's backward reads the same tensor");
     o.saved_input_shared = true;
     ops.push_back(o);
   } else {
@@ -175,7 +195,9 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     const double kvh = m.kv_heads;
     ops.push_back(comm(p + "attn_gather", Comm::TpGather, h * B));
     ops.push_back(saving(gemm(p + "qkv", Region::Tensor, Split::Column, h, (heads + 2 * kvh) * d), h * B,
-                         SavedLayout::Sequence, recompute::kNorm));
+                         SavedLayout::Sequence, recompute::kNorm,
+                         "input of the QKV GEMM, the attn_norm output: 2sbh (Korthikanti et al. 2022, Table 2); "
+                         "the sequence shard with SP"));
     if (m.qk_norm) ops.push_back(vec(p + "qk_norm", Region::Tensor, 2.0 * (heads + kvh) * d * B));
     ops.push_back(vec(p + "rope", Region::Tensor, 2.0 * (heads + kvh) * d * B));
     Op core;
@@ -192,9 +214,16 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
     core.d_v = d;
     core.window = static_cast<double>(m.sliding_window);
     core.rerun_tag = recompute::kCoreAttn;
-    ops.push_back(saving(core, (heads + 2 * kvh) * d * B + heads * 4.0, SavedLayout::Split, 0));
+    ops.push_back(saving(core, (heads + 2 * kvh) * d * B + heads * 4.0, SavedLayout::Split, 0,
+                         opt.attention == AttentionKernel::Flash
+                             ? "Q, K, V after RoPE, 2 B x (a + 2 kv) d, and the FP32 log-sum-exp, 4 B x a (flash "
+                               "attention, Dao 2022: no s^2 term)"
+                             : "Q, K, V, 2 B x (a + 2 kv) d (Korthikanti et al. 2022: QK^T inputs 4sbh, V 2sbh with "
+                               "MHA), plus 4 B x a statistics; the s^2 scores are a term of their own"));
     Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * d, h), heads * d * B, SavedLayout::Split,
-                  recompute::kCoreAttn);
+                  recompute::kCoreAttn,
+                  "attention output O, input of the output projection: 2 B x a d = 2sbh (Korthikanti et al. 2022, "
+                  "Table 2); flash attention's backward reads the same tensor");
     o.saved_input_shared = true;
     ops.push_back(o);
   }
@@ -213,18 +242,24 @@ void dense_mlp(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, d
   const bool gated = m.mlp == MlpKind::SwiGLU;
   const double up = gated ? 2 * f : f;
   ops.push_back(rerun(saving(gemm(p + "mlp_up", Region::Tensor, Split::Column, h, up), h * B, SavedLayout::Sequence,
-                             recompute::kNorm | tag),
+                             recompute::kNorm | tag,
+                             "input of the up GEMM, the norm output: 2sbh (Korthikanti et al. 2022, Table 2); the "
+                             "sequence shard with SP"),
                       tag));
   Op act = vec(p + "mlp_act", Region::Tensor, (up + f) * B);
   act.split = Split::Column;
   act.rerun_tag = recompute::kActivation | tag;
-  ops.push_back(saving(act, up * B, SavedLayout::Split, tag));
+  ops.push_back(saving(act, up * B, SavedLayout::Split, tag,
+                       gated ? "SwiGLU input 2 ffn: gate and up outputs, 2 B x 2f per token"
+                             : "GeLU input, 2 B x f per token (Korthikanti et al. 2022, Table 2: 8sbh for f = 4h)"));
   ops.push_back(saving(gemm(p + "mlp_down", Region::Tensor, Split::Row, f, h), f * B, SavedLayout::Split,
-                       recompute::kActivation | tag));
+                       recompute::kActivation | tag,
+                       "activation output, input of the down GEMM: 2 B x f per token (Korthikanti et al. 2022, "
+                       "Table 2: 8sbh for f = 4h)"));
   ops.push_back(comm(p + "mlp_scatter", Comm::TpScatter, h * B));
 }
 
-void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
+void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, const WorkloadOptions& opt) {
   const double h = static_cast<double>(m.hidden);
   const double e = m.num_experts;
   const double k = m.top_k;
@@ -232,14 +267,16 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   ops.push_back(norm(p + "moe_norm", h));
   // Router on the sequence shard: logits, then softmax / top-k in FP32.
   Op router = saving(gemm(p + "router", Region::Sequence, Split::None, h, e), h * B, SavedLayout::Sequence,
-                     recompute::kNorm);
+                     recompute::kNorm, "input of the router GEMM, the moe_norm output: 2sbh");
   router.not_fp8 = true;
   // Megatron's `--recompute-modules moe` checkpoints the whole MoE layer (router, dispatch,
   // experts, combine, unpermute): it keeps only the layer's input and re-runs all of it.
   router.rerun_tag = recompute::kMoe;
   ops.push_back(router);
   ops.push_back(rerun(saving(vec(p + "router_topk", Region::Sequence, e * (B + 4.0 + 4.0)), e * 4.0,
-                             SavedLayout::Sequence, recompute::kMoe),
+                             SavedLayout::Sequence, recompute::kMoe,
+                             "FP32 routing scores of all E experts for the softmax / top-k backward, 4 B x E per "
+                             "token (moesim estimate)"),
                       recompute::kMoe));
   ops.push_back(rerun(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B), recompute::kMoe));
   ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe));
@@ -249,24 +286,32 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p) {
   up.params = e * h * 2 * f;
   up.rerun_tag = recompute::kMoe;
   up.expert_part = 1;
-  ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe));
+  ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe,
+                       "permuted tokens k sbh: input of the grouped up GEMM, 2 B x h per routed copy"));
   Op act = vec(p + "expert_act", Region::Expert, 3.0 * f * B);
   act.tokens_factor = k;
   act.split = Split::Column;
   act.rerun_tag = recompute::kMoe | recompute::kActivation;
   act.expert_part = 2;
-  ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe));
+  ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe,
+                       "SwiGLU input of the experts 2 ffn: gate and up outputs, 2 B x 2f per routed copy"));
   Op down = gemm(p + "expert_down", Region::Expert, Split::Row, f, h);
   down.tokens_factor = k;
   down.matrices = e;
   down.params = e * f * h;
   down.expert_part = 3;
   down.rerun_tag = recompute::kMoe;
-  ops.push_back(saving(down, f * B, SavedLayout::Expert, recompute::kMoe | recompute::kActivation));
+  ops.push_back(saving(down, f * B, SavedLayout::Expert, recompute::kMoe | recompute::kActivation,
+                       "expert activation output, input of the grouped down GEMM: 2 B x f per routed copy"));
   ops.push_back(rerun(comm(p + "combine", Comm::EpCombine, k * h * B), recompute::kMoe));
-  // Weighted sum of the k expert outputs; backward needs them and the routing weights.
-  ops.push_back(rerun(saving(vec(p + "unpermute", Region::Sequence, (k + 1.0) * h * B), k * h * B,
-                             SavedLayout::Sequence, recompute::kMoe),
+  // Sum of the k expert outputs per token. Weighted here (MoeProbs::Output), its backward needs
+  // the outputs and the routing weights; with the weights applied in the experts' activation
+  // the sum keeps nothing (the gradient is gathered back by index).
+  const double unpermute_saved = opt.moe_probs == MoeProbs::Output ? k * h * B : 0.0;
+  ops.push_back(rerun(saving(vec(p + "unpermute", Region::Sequence, (k + 1.0) * h * B), unpermute_saved,
+                             SavedLayout::Sequence, recompute::kMoe,
+                             "the k expert outputs per token for the weighted sum's backward, 2 B x k h "
+                             "(routing weights applied after the experts)"),
                       recompute::kMoe));
   if (m.num_shared_experts > 0)
     dense_mlp(m, ops, p + "shared_", static_cast<double>(m.shared_expert_ffn_hidden), recompute::kShared, false);
@@ -279,7 +324,7 @@ Program decoder_program(const ModelSpec& m, bool moe, const std::string& name, c
   attention_block(m, prog.ops, prefix, opt);
   const double h = static_cast<double>(m.hidden);
   if (moe) {
-    moe_block(m, prog.ops, prefix);
+    moe_block(m, prog.ops, prefix, opt);
   } else {
     dense_mlp(m, prog.ops, prefix, static_cast<double>(m.ffn_hidden), recompute::kMlp, true);
   }
@@ -309,7 +354,8 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, co
   // stage (synchronised by an embedding-gradient all-reduce), so memory still counts it there.
   lm.shares_embedding = m.tie_embeddings;
   lm.not_fp8 = true;
-  ops.push_back(saving(lm, h * B, SavedLayout::Sequence, recompute::kNorm));
+  ops.push_back(saving(lm, h * B, SavedLayout::Sequence, recompute::kNorm,
+                       "input of the output layer, the final_norm output: 2sbh; the sequence shard with SP"));
   // Vocabulary-parallel cross-entropy in FP32: read logits, exp / max / sum passes, write
   // softmax; the softmax is kept for backward.
   Op ce = vec(p + "cross_entropy", Region::Tensor, v * (B + 4.0 + 4.0));
@@ -323,15 +369,21 @@ void head_ops(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, co
   // peaks in log_softmax's backward with the incoming gradient and the input gradient in FP32
   // beside the saved output: 4 + 4 bytes. Compiled: the 16-bit gradient, 2 bytes.
   double saved = v * 4.0;
+  const char* note = "FP32 softmax over the vocabulary, 4 B x V per token split over TP (Megatron-core "
+                     "tensor_parallel/cross_entropy.py)";
   switch (opt.cross_entropy) {
     case CrossEntropy::Fused: ce.transient_bytes_per_token = v * 2.0 * B; break;
-    case CrossEntropy::PyTorch: ce.transient_bytes_per_token = v * 8.0; break;
+    case CrossEntropy::PyTorch:
+      ce.transient_bytes_per_token = v * 8.0;
+      note = "FP32 log_softmax output, 4 B x V per token (F.cross_entropy on logits.float())";
+      break;
     case CrossEntropy::Compiled:
       ce.transient_bytes_per_token = v * B;
       saved = v * B;
+      note = "16-bit logits, 2 B x V per token, and a log-sum-exp (torch.compile'd cross-entropy)";
       break;
   }
-  ops.push_back(saving(ce, saved, SavedLayout::Split, 0));
+  ops.push_back(saving(ce, saved, SavedLayout::Split, 0, note));
   ops.push_back(comm(p + "loss_reduce", Comm::TpReduceSmall, 3 * 4.0));
 }
 
@@ -379,7 +431,9 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
     mtp.ops.push_back(norm("mtp.enorm", h));
     mtp.ops.push_back(norm("mtp.hnorm", h));
     mtp.ops.push_back(saving(gemm("mtp.eh_proj", Region::Sequence, Split::None, 2 * h, h), 2 * h * B,
-                             SavedLayout::Sequence, recompute::kNorm));
+                             SavedLayout::Sequence, recompute::kNorm,
+                             "input of the MTP projection [hnorm(h); enorm(e)]: 2 B x 2h per token (DeepSeek-V3 "
+                             "MTP)"));
     const bool moe_layer = m.is_moe() && !m.is_moe_layer.empty() && m.is_moe_layer.back();
     Program layer = decoder_program(m, moe_layer, "mtp_layer", opt, "mtp.");
     for (auto& op : layer.ops) mtp.ops.push_back(std::move(op));

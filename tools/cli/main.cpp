@@ -1,6 +1,6 @@
 // moesim — command-line interface (see docs: INTERFACE.md contract v1).
 //
-//   moesim simulate SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--fidelity F]
+//   moesim simulate SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--fidelity F] [--memory-detail]
 //   moesim search   SCENARIO [--set KEY=VALUE ...] [--top K] [--threads N] [--format table|json|csv] [--out FILE] [--resume]
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
@@ -80,10 +80,10 @@ strategies::Scenario load(const std::string& path, const std::vector<std::string
 }
 
 int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
-                 const std::string& trace, const std::string& fidelity, bool no_wall_time) {
+                 const std::string& trace, const std::string& fidelity, bool no_wall_time, bool memory_detail) {
   const strategies::Scenario s = load(path, sets, fidelity);
   if (!trace.empty()) refuse_output_over_input("--trace", trace, s.input_files());
-  const strategies::Simulation sim = strategies::simulate(s, &g_interrupt);
+  const strategies::Simulation sim = strategies::simulate(s, &g_interrupt, memory_detail);
   if (!trace.empty()) {
     OutputFile out(trace);
     strategies::write_chrome_trace(out.stream(), sim);
@@ -94,6 +94,8 @@ int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, 
     std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
   } else {
     std::cout << tools::format_result_table(sim.result, s, !no_wall_time);
+    if (sim.result.memory_detail)
+      std::cout << strategies::format_memory_detail(*sim.result.memory_detail, sim.result.capacity_bytes);
   }
   if (!sim.result.feasible) {
     if (format != "json") std::cerr << "moesim: infeasible: " << sim.result.infeasible_reason << "\n";
@@ -135,7 +137,7 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets, 
   std::cout << (format == "json" ? js + "\n" : md);
   for (const auto& c : rep.cases)
     if (c.status == "error") std::cerr << "moesim validate: case " << c.id << ": " << c.reason << "\n";
-  if (rep.all.n == 0) {
+  if (rep.ran == 0) {  // memory-only cases count: they ran, only their step time is not compared
     std::cerr << "moesim validate: no case ran\n";
     return 2;
   }
@@ -351,7 +353,7 @@ int main(int argc, char** argv) {
 
   std::string scenario, format = "table", trace, fidelity, which;
   std::vector<std::string> sets;
-  bool no_wall_time = false;
+  bool no_wall_time = false, memory_detail = false;
 
   auto* sim = app.add_subcommand("simulate", "simulate one training step of a scenario");
   sim->add_option("SCENARIO", scenario, "scenario JSON file, or - for standard input")->required();
@@ -361,6 +363,9 @@ int main(int argc, char** argv) {
   sim->add_option("--fidelity", fidelity, "fast | balanced (default) | full")
       ->check(CLI::IsMember({"fast", "balanced", "full"}));
   sim->add_flag("--no-wall-time", no_wall_time, "omit the simulator's wall time (byte-identical output)");
+  sim->add_flag("--memory-detail", memory_detail,
+                "list every term of the largest stage's memory: activations per operator (with what is kept, "
+                "its source and what recomputation drops), weights, gradients, optimizer (JSON: memory.detail)");
 
   auto* check = app.add_subcommand("check", "validate a scenario and print every problem");
   check->add_option("SCENARIO", scenario, "scenario JSON file, or - for standard input")->required();
@@ -464,7 +469,7 @@ int main(int argc, char** argv) {
   } restore{cout_buf, cerr_buf};
   int rc = 0;
   try {
-    if (*sim) rc = cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time);
+    if (*sim) rc = cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time, memory_detail);
     else if (*check) rc = cmd_check(scenario, sets);
     else if (*srch) rc = cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
     else if (*val) rc = cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);

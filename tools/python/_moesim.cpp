@@ -445,7 +445,7 @@ py::object py_check(py::handle scenario, py::handle overrides) {
 }
 
 py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fidelity, bool trace, bool raise_infeasible,
-                       bool wall_time) {
+                       bool wall_time, bool memory_detail) {
   const ScenarioInput in = scenario_input(scenario, overrides, fidelity);
   struct Out {
     json result;
@@ -456,7 +456,7 @@ py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fid
   Out o = run_interruptible([&](const moesim::CancelFlag* cancel) {
     Out r;
     const st::Scenario s = load(in);
-    const st::Simulation sim = st::simulate(s, cancel);
+    const st::Simulation sim = st::simulate(s, cancel, memory_detail);
     r.result = st::to_json(sim.result, s, wall_time);
     r.feasible = sim.result.feasible;
     r.reason = sim.result.infeasible_reason;
@@ -567,7 +567,8 @@ PYBIND11_MODULE(_moesim, m) {
   m.def("check", &py_check, py::arg("scenario"), py::arg("overrides"),
         "Loads and validates a scenario; returns the resolved plan.");
   m.def("simulate", &py_simulate, py::arg("scenario"), py::arg("overrides"), py::arg("fidelity"), py::arg("trace"),
-        py::arg("raise_infeasible"), py::arg("wall_time"), "Simulates one training step; returns the result dict.");
+        py::arg("raise_infeasible"), py::arg("wall_time"), py::arg("memory_detail") = false,
+        "Simulates one training step; returns the result dict.");
   m.def("search", &py_search, py::arg("scenario"), py::arg("overrides"), py::arg("top"), py::arg("threads"),
         py::arg("progress"), "Searches the scenario's plan space; returns the report dict.");
   m.def("presets", &py_presets, "The built-in model, device and cluster presets.");

@@ -385,6 +385,12 @@ ConvertedCase case_to_scenario(const json& c) {
     training["dropout"] = 0.1;
     notes.push_back("Megatron 2021-22: unfused attention, dropout 0.1");
   }
+  if (text_of(c["model"], "type") == "moe" && category.rfind("ascend_mindspeed", 0) == 0) {
+    // MindSpeed-LLM of 2024 builds on Megatron-core before 2025-04, which weighted the expert
+    // outputs at the unpermute (keeping them for backward).
+    training["moe_router_probs"] = "output";
+    notes.push_back("MindSpeed 2024: routing weights applied to the expert outputs");
+  }
   s["training"] = training;
 
   // Parallelism.
@@ -395,6 +401,17 @@ ConvertedCase case_to_scenario(const json& c) {
   p["pp"] = pp;
   p["cp"] = cp;
   if (auto vpp = int_of(par, "vpp"); vpp && *vpp > 1) p["vpp"] = *vpp;
+  // Weights and optimizer states as the precision text names them (Megatron's DeepSeek-V3
+  // GB200 guide: "--fp8-param-gather", "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16").
+  if (precision == "fp8" && (has(prec, "fp8 param gather") || has(prec, "fp8-param-gather") || has(prec, "fp8 params"))) {
+    p["fp8_param_gather"] = true;
+    notes.push_back("FP8 weights (fp8 param gather): no BF16 copy, FP8 parameter all-gather");
+  }
+  if (has(prec, "bf16 adam moments") || has(prec, "bf16 optimizer states")) {
+    p["exp_avg_dtype"] = "bf16";
+    p["exp_avg_sq_dtype"] = "bf16";
+    notes.push_back("precision-aware optimizer: BF16 Adam moments");
+  }
   const bool moe = text_of(c["model"], "type") == "moe";
   if (moe) {
     p["ep"] = int_of(par, "ep").value_or(1);
@@ -492,6 +509,13 @@ ConvertedCase case_to_scenario(const json& c) {
     p["pipeline_layer_partition"] = counts;
     notes.push_back(fmt::format("Megatron-MoE-ModelZoo: even split of {} layers + embedding + loss, {} per virtual stage",
                                 num_layers, per));
+  } else if (pp > 1 && num_layers > 0 && num_layers % vstages == 0 &&
+             (category.rfind("megatron", 0) == 0 || category.rfind("nemo", 0) == 0 ||
+              category.rfind("ascend_mindspeed", 0) == 0)) {
+    // Megatron-core (and NeMo and MindSpeed on it) split the layers evenly over the virtual
+    // stages unless told otherwise (transformer_block.py get_num_layers_to_build).
+    p["pipeline_layer_partition"] = "even";
+    notes.push_back(fmt::format("Megatron's default: an even split, {} layers per virtual stage", num_layers / vstages));
   } else {
     p["pipeline_layer_partition"] = "auto";
   }
@@ -520,10 +544,10 @@ std::string plan_text(const json& scenario) {
   return t;
 }
 
-ErrorStats stats_of(const std::vector<const CaseOutcome*>& v) {
+ErrorStats stats_of(const std::vector<const CaseOutcome*>& v, double CaseOutcome::*error = &CaseOutcome::error_pct) {
   ErrorStats s;
   for (const CaseOutcome* c : v) {
-    const double e = std::abs(c->error_pct);
+    const double e = std::abs(c->*error);
     s.mean_abs_pct += e;
     if (e >= s.max_abs_pct) {
       s.max_abs_pct = e;
@@ -533,6 +557,62 @@ ErrorStats stats_of(const std::vector<const CaseOutcome*>& v) {
   }
   if (s.n > 0) s.mean_abs_pct /= s.n;
   return s;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// The case's measured peak memory per device in GiB, or nullopt when it has none: either
+/// measured.peak_memory_gib, or measured.peak_memory with measured.unit "GiB" or "GB" (1e9
+/// bytes; sources print both, and they differ by 7%). Problems go to
+/// `diag` at the case's JSON pointer `at`.
+std::optional<double> measured_peak_gib(const json& c, const std::string& at, Diagnostics& diag) {
+  if (!c.contains("measured") || !c["measured"].is_object()) return std::nullopt;
+  const json& m = c["measured"];
+  const bool in_gib = m.contains("peak_memory_gib"), with_unit = m.contains("peak_memory");
+  if (!in_gib && !with_unit) return std::nullopt;
+  if (in_gib && with_unit) {
+    diag.error(at + "/measured/peak_memory", json_brief(m["peak_memory"]),
+               "must not be given together with measured.peak_memory_gib");
+    return std::nullopt;
+  }
+  const char* key = in_gib ? "peak_memory_gib" : "peak_memory";
+  const json& v = m[key];
+  if (!v.is_number() || v.get<double>() <= 0) {
+    diag.error(at + "/measured/" + key, json_brief(v), "must be a positive number (peak memory per device)");
+    return std::nullopt;
+  }
+  const double peak = v.get<double>();
+  if (in_gib) return peak;
+  const auto unit = m.find("unit");
+  if (unit != m.end() && *unit == "GiB") return peak;
+  if (unit != m.end() && *unit == "GB") return peak * 1e9 / kGiB;
+  diag.error(at + "/measured/unit", unit == m.end() ? "" : json_brief(*unit),
+             unit == m.end() ? "is required with measured.peak_memory: \"GiB\" or \"GB\" (1e9 bytes)"
+                             : "must be \"GiB\" or \"GB\" (1e9 bytes), the unit of measured.peak_memory");
+  return std::nullopt;
+}
+
+/// The pipeline stage whose rank logged the measured peak: measured.peak_memory_stage "worst"
+/// (the default: the maximum over ranks, or unknown), "first", "last" or a stage index. Runs
+/// often log memory from one rank only (Megatron-LM's last rank, torchtitan's rank 0), and
+/// pipeline stages differ by tens of percent. -1 = worst, -2 = last.
+int measured_stage(const json& c, const std::string& at, Diagnostics& diag) {
+  if (!c.contains("measured") || !c["measured"].is_object() || !c["measured"].contains("peak_memory_stage")) return -1;
+  const json& v = c["measured"]["peak_memory_stage"];
+  if (v.is_string() && v == "worst") return -1;
+  if (v.is_string() && v == "first") return 0;
+  if (v.is_string() && v == "last") return -2;
+  if (v.is_number_integer() && v.get<long long>() >= 0 && v.get<long long>() < 1'000'000) return static_cast<int>(v.get<long long>());
+  diag.error(at + "/measured/peak_memory_stage", json_brief(v),
+             "must be \"worst\", \"first\", \"last\" or a pipeline stage index (the rank that logged the peak)");
+  return -1;
+}
+
+/// "80" for 80.0 GiB, "167.6" otherwise: device capacities are mostly whole GiB.
+std::string gib_brief(double gib) {
+  std::string t = fmt::format("{:.1f}", gib);
+  if (t.ends_with(".0")) t.resize(t.size() - 2);
+  return t;
 }
 
 int numeric_id(const std::string& id) {
@@ -550,15 +630,17 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
   const json* list = &cases;
   if (cases.is_object() && cases.contains("cases")) list = &cases["cases"];
   if (!list->is_array()) throw ConfigError({Diagnostic{file, "", json_brief(cases), "must be a list of cases"}});
+  const std::string list_pointer = list == &cases ? "" : "/cases";
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& c = (*list)[i];
+    const std::string at = fmt::format("{}/{}", list_pointer, i);
     CaseOutcome o;
     o.id = c.is_object() && c.contains("id") ? text_of(c, "id") : fmt::format("#{}", i);
     if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), o.id) == opt.only.end()) continue;
     o.held_out = numeric_id(o.id) % 2 == 1;
     if (!c.is_object()) {
       o.status = "error";
-      o.reason = fmt::format("{}:/{}: must be an object", file, i);
+      o.reason = fmt::format("{}:{}: must be an object", file, at);
       rep.cases.push_back(o);
       continue;
     }
@@ -577,7 +659,23 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
     o.plan = plan_text(conv.scenario);
     o.basis = pub.basis;
     o.published_s = pub.step_s;
-    if (!pub.skip_reason.empty() || !conv.skip_reason.empty()) {
+    Diagnostics memory_diag(file);
+    o.measured_peak_gib = measured_peak_gib(c, at, memory_diag);
+    const int stage_of_peak = measured_stage(c, at, memory_diag);
+    if (!memory_diag.ok()) {
+      o.status = "error";
+      o.reason = ConfigError(memory_diag.list()).what();
+      rep.cases.push_back(o);
+      continue;
+    }
+    if (!pub.skip_reason.empty() && conv.skip_reason.empty() && o.measured_peak_gib) {
+      // A measured peak alone is worth a run (memory tables seldom come with step times): the
+      // case is compared on memory only.
+      o.timed = false;
+      o.basis.clear();
+      o.published_s = 0;
+      o.assumptions.push_back("step time not compared: " + pub.skip_reason);
+    } else if (!pub.skip_reason.empty() || !conv.skip_reason.empty()) {
       o.status = "skipped";
       o.reason = !pub.skip_reason.empty() ? pub.skip_reason : conv.skip_reason;
       rep.cases.push_back(o);
@@ -592,10 +690,33 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       strategies::set_fidelity(sc, opt.fidelity);
       const strategies::Simulation sim = strategies::simulate(sc, opt.cancel);
       o.predicted_s = sim.result.step_time_s;
-      o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;
+      if (o.timed) o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;
       o.feasible = sim.result.feasible;
       o.mfu = sim.result.mfu;
       o.bubble_fraction = sim.result.breakdown.bubble_s / sim.result.step_time_s;
+      // Memory of the worst stage (the first with the largest total, as the result's peak).
+      // PyTorch's allocator statistics (what runs log) do not see the CUDA context, NCCL's
+      // buffers or fragmentation, which moesim's runtime reserve stands for: the measured peak
+      // is compared with the stage's total without that reserve.
+      const strategies::StageResult* worst = nullptr;
+      for (const auto& st : sim.result.stages)
+        if (worst == nullptr || st.memory.total() > worst->memory.total()) worst = &st;
+      o.predicted_peak_gib = sim.result.peak_memory_bytes / kGiB;
+      o.capacity_gib = sim.result.capacity_bytes / kGiB;
+      // The stage the measurement comes from, when the case names it.
+      const strategies::StageResult* measured_at = worst;
+      if (stage_of_peak != -1 && !sim.result.stages.empty()) {
+        const int n = static_cast<int>(sim.result.stages.size());
+        const int idx = stage_of_peak == -2 ? n - 1 : std::min(stage_of_peak, n - 1);
+        measured_at = &sim.result.stages[static_cast<std::size_t>(idx)];
+        if (stage_of_peak >= n)
+          o.assumptions.push_back(fmt::format("measured stage {} beyond the plan's {} stages: the last", stage_of_peak, n));
+      }
+      if (measured_at != nullptr)
+        o.predicted_allocated_gib = (measured_at->memory.total() - measured_at->memory.reserved_bytes) / kGiB;
+      o.memory_stage = measured_at == nullptr ? 0 : static_cast<int>(measured_at - sim.result.stages.data());
+      if (o.measured_peak_gib)
+        o.memory_error_pct = 100.0 * (o.predicted_allocated_gib - *o.measured_peak_gib) / *o.measured_peak_gib;
       o.status = "ok";
       if (!o.feasible) o.assumptions.push_back("moesim predicts it does not fit: " + sim.result.infeasible_reason);
     } catch (const ConfigError& e) {
@@ -607,17 +728,26 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       o.status = "error";
       o.reason = std::string("internal error: ") + e.what();
     }
-    if (opt.progress)
-      std::cerr << fmt::format("{:<10} {:<8} {}\n", o.id, o.status,
-                               o.status == "ok" ? fmt::format("{:+.1f}%", o.error_pct) : o.reason);
+    if (opt.progress) {
+      std::string what = o.reason;
+      if (o.status == "ok") {
+        what = o.timed ? fmt::format("{:+.1f}%", o.error_pct) : "memory only";
+        if (o.measured_peak_gib) what += fmt::format(", memory {:+.1f}%", o.memory_error_pct);
+      }
+      std::cerr << fmt::format("{:<10} {:<8} {}\n", o.id, o.status, what);
+    }
     rep.cases.push_back(std::move(o));
   }
-  std::vector<const CaseOutcome*> all, fit, held;
+  std::vector<const CaseOutcome*> all, fit, held, memory;
   std::map<std::string, std::vector<const CaseOutcome*>> cat, dev;
   for (const auto& c : rep.cases) {
     if (c.status == "skipped") ++rep.skipped;
     if (c.status == "error") ++rep.errors;
     if (c.status != "ok") continue;
+    ++rep.ran;
+    if (!c.feasible) rep.predicted_not_to_fit.push_back(c.id);
+    if (c.measured_peak_gib) memory.push_back(&c);
+    if (!c.timed) continue;
     all.push_back(&c);
     (c.held_out ? held : fit).push_back(&c);
     cat[c.category].push_back(&c);
@@ -629,6 +759,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
   rep.held_out = stats_of(held);
   for (auto& [k, v] : cat) rep.by_category.emplace_back(k, stats_of(v));
   for (auto& [k, v] : dev) rep.by_device.emplace_back(k, stats_of(v));
+  rep.memory = stats_of(memory, &CaseOutcome::memory_error_pct);
   return rep;
 }
 
@@ -642,20 +773,38 @@ std::string to_markdown(const ValidationReport& r) {
   row("all", r.all);
   row("fit half (even ids)", r.fit);
   row("held-out half (odd ids)", r.held_out);
+  if (r.memory.n > 0)
+    o += fmt::format("\nmemory (measured peaks): {} cases, mean |error| {:.1f}%, max {:.1f}% ({})\n", r.memory.n,
+                     r.memory.mean_abs_pct, r.memory.max_abs_pct, r.memory.worst);
+  else
+    o += "\nmemory (measured peaks): none in this file\n";
+  std::string ids;
+  for (const auto& id : r.predicted_not_to_fit) ids += (ids.empty() ? "" : ", ") + id;
+  o += fmt::format("\npredicted not to fit: {} of {} runs that ran{}\n", r.predicted_not_to_fit.size(), r.ran,
+                   ids.empty() ? "" : " (" + ids + ")");
   o += fmt::format("\n{} skipped, {} errors.\n\n", r.skipped, r.errors);
-  o += "| category | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
-  for (const auto& [k, s] : r.by_category) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
-  o += "\n| cluster | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
-  for (const auto& [k, s] : r.by_device) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
-  o += "\n| case | model | devices | plan | published s | predicted s | error | basis |\n";
-  o += "|---|---|---|---|---|---|---|---|\n";
+  if (!r.by_category.empty()) {  // empty when only memory was measured
+    o += "| category | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
+    for (const auto& [k, s] : r.by_category) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
+    o += "\n| cluster | cases | mean abs error | max abs error |\n|---|---|---|---|\n";
+    for (const auto& [k, s] : r.by_device) o += fmt::format("| {} | {} | {:.1f}% | {:.1f}% |\n", k, s.n, s.mean_abs_pct, s.max_abs_pct);
+  }
+  o += "\n| case | model | devices | plan | published s | predicted s | error | peak GiB | memory error | basis |\n";
+  o += "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& c : r.cases) {
     if (c.status != "ok") continue;
-    o += fmt::format("| {}{} | {} | {} x {} | {} | {:.3f} | {:.3f} | {:+.1f}% | {} |\n", c.id, c.held_out ? "" : "*",
-                     c.model, c.devices, c.scenario["cluster"]["preset"].get<std::string>(), c.plan, c.published_s,
-                     c.predicted_s, c.error_pct, c.basis);
+    const std::string dash = "—";
+    o += fmt::format("| {}{} | {} | {} x {} | {} | {} | {} | {} | {:.1f}/{} | {} | {} |\n", c.id, c.held_out ? "" : "*",
+                     c.model, c.devices, c.scenario["cluster"]["preset"].get<std::string>(), c.plan,
+                     c.timed ? fmt::format("{:.3f}", c.published_s) : dash,
+                     c.timed ? fmt::format("{:.3f}", c.predicted_s) : dash,
+                     c.timed ? fmt::format("{:+.1f}%", c.error_pct) : dash, c.predicted_peak_gib,
+                     gib_brief(c.capacity_gib),
+                     c.measured_peak_gib ? fmt::format("{:+.1f}%", c.memory_error_pct) : dash,
+                     c.timed ? c.basis : dash);
   }
-  o += "\n`*` marks the fitting half.\n";
+  o += "\n`*` marks the fitting half. Peak GiB: the worst stage per device (runtime reserve included) / the "
+       "capacity; the memory error compares a measured peak with the stage that logged it (measured.peak_memory_stage, else the worst) without the reserve.\n";
   bool any = false;
   for (const auto& c : r.cases) {
     if (c.status == "ok") continue;
@@ -681,19 +830,31 @@ json to_json(const ValidationReport& r) {
   for (const auto& [k, s] : r.by_device) devs[k] = st(s);
   j["summary"]["by_category"] = cats;
   j["summary"]["by_cluster"] = devs;
+  j["summary"]["memory"] = st(r.memory);
+  j["summary"]["predicted_not_to_fit"] = r.predicted_not_to_fit;
   json cases = json::array();
   for (const auto& c : r.cases) {
     json x = {{"id", c.id}, {"status", c.status}, {"category", c.category}, {"model", c.model}, {"devices", c.devices},
               {"split", c.held_out ? "held_out" : "fit"}};
     if (c.status == "ok") {
       x["plan"] = c.plan;
-      x["published_s"] = c.published_s;
-      x["predicted_s"] = c.predicted_s;
-      x["error_pct"] = c.error_pct;
-      x["basis"] = c.basis;
-      x["mfu"] = c.mfu;
-      x["bubble_fraction"] = c.bubble_fraction;
+      if (c.timed) {  // a memory-only case has no step time to compare
+        x["published_s"] = c.published_s;
+        x["predicted_s"] = c.predicted_s;
+        x["error_pct"] = c.error_pct;
+        x["basis"] = c.basis;
+        x["mfu"] = c.mfu;
+        x["bubble_fraction"] = c.bubble_fraction;
+      }
       x["feasible"] = c.feasible;
+      x["predicted_peak_gib"] = c.predicted_peak_gib;
+      x["predicted_allocated_gib"] = c.predicted_allocated_gib;
+      x["capacity_gib"] = c.capacity_gib;
+      if (c.measured_peak_gib) {
+        x["measured_peak_gib"] = *c.measured_peak_gib;
+        x["memory_error_pct"] = c.memory_error_pct;
+        x["memory_stage"] = c.memory_stage;
+      }
     } else {
       x["reason"] = c.reason;
     }

@@ -14,9 +14,16 @@
 // the reason. A case may instead carry a ready moesim scenario under "scenario" together with
 // "measured": {"step_time_s": ...} — the form to use for your own runs.
 //
+// Memory: a case may carry a measured peak per device, "measured": {"peak_memory_gib": ...} or
+// {"peak_memory": ..., "unit": "GiB" | "GB"}. It is compared with what the framework allocates
+// on the worst pipeline stage — moesim's peak without its runtime reserve, since PyTorch's
+// allocator statistics do not see the CUDA context or NCCL's buffers that reserve stands for.
+// A case with a measured peak and no step time still runs, for memory only.
+//
 // Fit / held-out split (fixed): cases whose numeric id is even are the fitting half, odd ones
 // are held out.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +51,16 @@ struct CaseOutcome {
   bool feasible = true;
   double mfu = 0;
   double bubble_fraction = 0;
+  /// False for a memory-only case (a measured peak, no step time): its step-time fields are
+  /// not compared and it is left out of the step-time statistics.
+  bool timed = true;
+  // Memory, for every case that ran: the worst pipeline stage per device.
+  double predicted_peak_gib = 0;       ///< the stage's total, runtime reserve included
+  double predicted_allocated_gib = 0;  ///< the measured stage (or the worst) without the reserve: what the framework allocates
+  int memory_stage = 0;                ///< the pipeline stage predicted_allocated_gib belongs to
+  double capacity_gib = 0;
+  std::optional<double> measured_peak_gib;  ///< when the case carries one
+  double memory_error_pct = 0;              ///< (allocated - measured) / measured x 100
   std::vector<std::string> assumptions;
   nlohmann::json scenario;  ///< the scenario that ran
 };
@@ -58,9 +75,14 @@ struct ErrorStats {
 struct ValidationReport {
   std::string file;
   std::vector<CaseOutcome> cases;
-  ErrorStats all, fit, held_out;
+  ErrorStats all, fit, held_out;  ///< step time, over the cases that ran with a published step time
   std::vector<std::pair<std::string, ErrorStats>> by_category;
   std::vector<std::pair<std::string, ErrorStats>> by_device;
+  ErrorStats memory;  ///< memory error over the cases that ran with a measured peak
+  /// Cases that ran and that moesim predicts not to fit in memory. Measured runs really ran,
+  /// so each one is a false "does not fit".
+  std::vector<std::string> predicted_not_to_fit;
+  int ran = 0;  ///< cases with status "ok" (timed or memory-only)
   int skipped = 0;
   int errors = 0;
 };

@@ -311,8 +311,8 @@ void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::Task
 Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double params_expert, bool gather,
                                     const std::string& label, Stream stream, bool whole) {
   TaskLists created(per_stage_);
-  // BF16 parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
-  const double bytes_per_param = gather ? 2.0 : grad_bytes_per_param(p_);
+  // BF16 (or FP8) parameters; FP32 gradients (Megatron's default for BF16) unless grad_reduce_in_bf16.
+  const double bytes_per_param = gather ? param_gather_bytes_per_param(p_) : grad_bytes_per_param(p_);
   const Collective op =
       gather ? Collective::AllGather : (p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce);
   for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
@@ -591,7 +591,7 @@ void Emitter::emit_sends() {
 // (the fetch overlaps the cooldown backwards); writing them back overlaps the next step's
 // forwards and is not charged.
 std::vector<sim::TaskId> Emitter::emit_optimizer(int stage, double shard) {
-  const Seconds opt_t = in_.cm.memory_bound(Bytes{kOptimizerStepBytesPerParam * shard});
+  const Seconds opt_t = in_.cm.memory_bound(Bytes{optimizer_step_bytes_per_param(p_) * shard});
   out_.optimizer_seconds = std::max(out_.optimizer_seconds, opt_t.value());
   std::vector<sim::TaskId> opt(per_stage_);
   for (int l = 0; l < per_stage_; ++l) {
@@ -605,7 +605,7 @@ std::vector<sim::TaskId> Emitter::emit_optimizer(int stage, double shard) {
         }
     for (sim::TaskId t : dp_tasks_[rank_index(stage, l)]) builder_.depend(t, opt[l]);
     if (p_.swap_optimizer && host_bw_ > 0) {
-      const Seconds fetch{kAdamStateBytesPerParam * shard / host_bw_};
+      const Seconds fetch{adam_state_bytes_per_param(p_) * shard / host_bw_};
       const sim::TaskId fetch_task = builder_.add_task(to_ticks(fetch), kSwap, builder_.label("swap_in.optimizer_states"),
                                                        -1, {stream_of(stage, l, Stream::HostIn)});
       // Each chunk's last forward in the stage's order (DualPipe's chunk 0 ends at m/2 - 1).

@@ -493,35 +493,83 @@ void LayerBuilder::build_backward(const models::Program& prog, const std::string
   b.finish(labels_, pre + "end");  // a last weight gradient: the item ends when it is done
 }
 
+namespace {
+
+/// Why a selective recomputation drops an operator's saved bytes: the first of the plan's
+/// `--recompute-modules` that covers it.
+const char* module_reason(std::uint32_t bits) {
+  namespace rc = models::recompute;
+  if (bits & rc::kNorm) return "recompute module layernorm";
+  if (bits & rc::kCoreAttn) return "recompute module core_attn";
+  if (bits & rc::kMlaUp) return "recompute module mla_up_proj";
+  if (bits & rc::kActivation) return "recompute module moe_act";
+  if (bits & rc::kMlp) return "recompute module mlp";
+  if (bits & rc::kMoe) return "recompute module moe";
+  if (bits & rc::kShared) return "recompute module shared_experts";
+  return "recompute";
+}
+
+}  // namespace
+
 void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, bool decoder, bool full_recompute,
-                                  int uniform_group) const {
-  // Activations kept for backward and the largest working buffer.
+                                  int uniform_group, ItemMemoryDetail* detail) const {
+  // Activations kept for backward and the largest working buffer. With `detail`, each term is
+  // recorded where it is added to the sums (the sums themselves do not depend on it).
   const std::uint32_t modules = spec_.recompute_modules;
+  const bool op_ckpt = decoder && spec_.op_checkpoint && !full_recompute;
+  const char* const ckpt_why = "op-level checkpointing";
+  auto buffer = [&](double bytes, const Op* op, const char* why) {
+    if (bytes > ip.transient) {
+      ip.transient = bytes;
+      if (detail) {
+        detail->transient_op = op ? op->name : "recomputed layer";
+        detail->transient_why = why;
+      }
+    }
+  };
   for (const Op& op : prog.ops) {
-    const double bytes = op.saved_bytes * saved_tokens(op) * saved_precision_factor(op);
+    const double factor = saved_precision_factor(op);
+    const double bytes = op.saved_bytes * saved_tokens(op) * factor;
     ip.act_bytes_full += bytes;
     const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);
     if (!dropped) ip.act_bytes += bytes;
+    if (detail && op.saved_bytes > 0) {
+      const char* why = op_ckpt ? ckpt_why : full_recompute ? "full recompute" : module_reason(op.saved_tag & modules);
+      const bool gone = dropped || op_ckpt;
+      detail->terms.push_back(MemoryTerm{op.name, bytes, gone ? 0.0 : bytes, gone ? why : "", op.saved_note, factor});
+    }
     if (op.kind == OpKind::Attention && op.attention_kernel == models::AttentionKernel::Unfused) {
       // The s x s probabilities (2 bytes), and with dropout its mask (1) and output (2), per
       // head: Korthikanti et al.'s 5as^2b. Recomputing core attention drops them.
       const double seq = static_cast<double>(ctx_.seq_length);
       const double scores = spec_.mbs * (op.heads / spec_.tp) * (seq / spec_.cp) * seq;
-      const double sb = scores * (op.attention_dropout > 0 ? 5.0 : 2.0);
+      const bool with_dropout = op.attention_dropout > 0;
+      const double sb = scores * (with_dropout ? 5.0 : 2.0);
       ip.act_bytes_full += sb;
       const bool gone = full_recompute || (modules & models::recompute::kCoreAttn) != 0;
       if (!gone) ip.act_bytes += sb;
-      ip.transient = std::max(ip.transient, 2.0 * scores * 2.0);
+      if (detail) {
+        const char* why = op_ckpt ? ckpt_why : full_recompute ? "full recompute" : "recompute module core_attn";
+        detail->terms.push_back(MemoryTerm{
+            op.name + " s^2 scores", sb, gone || op_ckpt ? 0.0 : sb, gone || op_ckpt ? why : "",
+            with_dropout ? "softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score of the local "
+                           "heads: 5as^2b (Korthikanti et al. 2022, Table 2; unfused attention)"
+                         : "softmax output, 2 B per score of the local heads: 2as^2b (Korthikanti et al. 2022, "
+                           "Table 2, without dropout; unfused attention)",
+            1.0});
+      }
+      buffer(2.0 * scores * 2.0, &op, "the s x s scores and their gradient, 2 B each (unfused attention)");
     }
     double out_bytes = 0;
     if (op.kind == OpKind::Gemm) {
       const GemmShape g = gemm_shape(op);
       out_bytes = g.m * g.n * g.batch * models::kActivationBytes;
     }
-    ip.transient = std::max(ip.transient, 2.0 * out_bytes);  // the output and its gradient
+    buffer(2.0 * out_bytes, &op, "the GEMM's output and its gradient, 2 B each");
     // An operator whose implementation fixes its buffers (the loss, see the workload).
     if (op.transient_bytes_per_token > 0)
-      ip.transient = std::max(ip.transient, op.transient_bytes_per_token * tok_.Tc / spec_.tp);
+      buffer(op.transient_bytes_per_token * tok_.Tc / spec_.tp, &op,
+             "the working buffers its implementation fixes (the loss: logits and gradient copies)");
     // Parameters held by one rank.
     double params = op.params;
     if (op.shares_embedding && spec_.single_stage) params = 0;  // the same tensor as the embedding
@@ -533,17 +581,32 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
       ip.params_dense += params;
     }
   }
-  if (decoder && spec_.op_checkpoint && !full_recompute) {
+  if (op_ckpt) {
     // Operator-level checkpointing keeps the layer input, the outputs of every other matmul
     // (the 1st, 3rd, ...) and the attention kernel's output and softmax statistics.
     double kept = static_cast<double>(ctx_.model.hidden) * models::kActivationBytes * tok_.Tseq;
+    if (detail)
+      detail->terms.push_back(MemoryTerm{"layer input", 0.0, kept, "",
+                                         "the layer's input, kept by operator-level checkpointing: 2sbh", 1.0});
     int gemm = 0;
     for (const Op& op : prog.ops) {
       if (op.kind == OpKind::Gemm && ++gemm % 2 == 1) {
         const GemmShape g = gemm_shape(op);
-        kept += g.m * g.n * g.batch * models::kActivationBytes;
+        const double out = g.m * g.n * g.batch * models::kActivationBytes;
+        kept += out;
+        if (detail)
+          detail->terms.push_back(MemoryTerm{op.name + " output", 0.0, out, "",
+                                             "output of an odd matmul (1st, 3rd, ...), 16-bit, kept by operator-level "
+                                             "checkpointing (moesim estimate)",
+                                             1.0});
       } else if (op.kind == OpKind::Attention) {
-        kept += (op.heads / spec_.tp) * (op.d_v * models::kActivationBytes + 4.0) * tok_.Tc;
+        const double out = (op.heads / spec_.tp) * (op.d_v * models::kActivationBytes + 4.0) * tok_.Tc;
+        kept += out;
+        if (detail)
+          detail->terms.push_back(MemoryTerm{op.name + " output", 0.0, out, "",
+                                             "attention output O, 2 B x a d_v, and the FP32 log-sum-exp, 4 B x a, "
+                                             "kept by operator-level checkpointing",
+                                             1.0});
       }
     }
     ip.act_bytes = kept;
@@ -552,8 +615,24 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
     // Only the layer input is kept (one per group of `uniform_group` layers).
     ip.act_bytes =
         static_cast<double>(ctx_.model.hidden) * models::kActivationBytes * tok_.Tseq / std::max(1, uniform_group);
-    ip.transient = std::max(ip.transient, ip.act_bytes_full);
+    if (detail)
+      detail->terms.push_back(MemoryTerm{
+          "layer input", 0.0, ip.act_bytes, "",
+          uniform_group > 1 ? "the input at the checkpoint, 2sbh, one per recompute_num_layers layers (Megatron full "
+                              "recompute, uniform method; Korthikanti et al. 2022, Sec. 4)"
+                            : "the layer's input at the checkpoint, 2sbh (Megatron full recompute; Korthikanti et al. "
+                              "2022, Sec. 4)",
+          1.0});
+    buffer(ip.act_bytes_full, nullptr, "the layer's activations, rebuilt whole by full recompute in backward");
   }
+}
+
+ItemProgram LayerBuilder::memory(const models::PipelineItem& item, bool full_recompute, int uniform_group,
+                                 ItemMemoryDetail* detail) const {
+  ItemProgram ip;
+  const bool decoder = item.kind == models::ItemKind::Decoder || item.kind == models::ItemKind::Mtp;
+  account_memory(ctx_.workload.programs[item.program], ip, decoder, full_recompute, uniform_group, detail);
+  return ip;
 }
 
 ItemProgram LayerBuilder::build(const models::PipelineItem& item, bool full_recompute, int uniform_group,
@@ -568,7 +647,7 @@ ItemProgram LayerBuilder::build(const models::PipelineItem& item, bool full_reco
   // Recomputation (full, or the selected modules) applies to decoder layers only.
   op_checkpoint_ = decoder && spec_.op_checkpoint;
   build_backward(prog, pre, ip, full_recompute && decoder, decoder ? spec_.recompute_modules : 0u, mb_count);
-  account_memory(prog, ip, decoder, full_recompute, uniform_group);
+  account_memory(prog, ip, decoder, full_recompute, uniform_group, nullptr);
   for (const Step& st : ip.fwd.steps) ip.fwd_seconds += to_seconds(st.duration).value();
   for (const Step& st : ip.bwd.steps) ip.bwd_seconds += to_seconds(st.duration).value();
   return ip;

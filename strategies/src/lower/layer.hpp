@@ -12,6 +12,7 @@
 #include <compare>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "moesim/models/device.hpp"
 #include "moesim/models/workload.hpp"
@@ -54,6 +55,13 @@ struct ItemProgram {
   double fwd_flops = 0, bwd_flops = 0;
 };
 
+/// The terms behind an item's act_bytes, act_bytes_full and transient (LayerBuilder::memory).
+struct ItemMemoryDetail {
+  std::vector<MemoryTerm> terms;  ///< sum of kept_bytes = act_bytes, of full_bytes = act_bytes_full
+  std::string transient_op;       ///< the operator whose working buffers set `transient`
+  const char* transient_why = "";
+};
+
 /// MoE layer ordinal of an item (-1: not an MoE layer); MTP layers follow the decoder's.
 [[nodiscard]] int moe_ordinal(const models::ModelSpec& m, const models::PipelineItem& item);
 /// Whether an item is an MoE layer (moe_ordinal(m, item) >= 0, without counting).
@@ -71,6 +79,10 @@ class LayerBuilder {
   /// `uniform_group`: layers sharing one kept input; `mb_count`: times the programs run per step
   /// (for the collective record; 0 records nothing).
   ItemProgram build(const models::PipelineItem& item, bool full_recompute, int uniform_group, int mb_count);
+  /// The memory accounting of an item alone (act_bytes, act_bytes_full, transient, parameters;
+  /// no programs), from the same code as build(); with `detail`, every term of it.
+  ItemProgram memory(const models::PipelineItem& item, bool full_recompute, int uniform_group,
+                     ItemMemoryDetail* detail) const;
 
  private:
   struct GemmShape {
@@ -106,8 +118,10 @@ class LayerBuilder {
   void build_forward(const models::Program& prog, const std::string& pre, ItemProgram& ip, int count);
   void build_backward(const models::Program& prog, const std::string& pre, ItemProgram& ip, bool full,
                       std::uint32_t modules, int count);
+  /// Activations, working buffers and parameters of an item; `detail` (may be null) receives
+  /// the terms those sums are made of.
   void account_memory(const models::Program& prog, ItemProgram& ip, bool decoder, bool full_recompute,
-                      int uniform_group) const;
+                      int uniform_group, ItemMemoryDetail* detail) const;
   /// Shared-expert overlap: which ops form the shared expert, and the dispatch, combine and
   /// unpermute ops it branches around (all -1 when it does not apply).
   void find_shared_branch(const models::Program& prog);

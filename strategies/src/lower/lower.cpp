@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "documents.hpp"
 #include "emit.hpp"
 #include "layer.hpp"
@@ -56,17 +58,27 @@ double alltoall_dedup_ratio(int experts, int top_k, int servers) {
 namespace lowering {
 namespace {
 
+/// How the plan's recomputation applies to one pipeline item.
+struct ItemRecompute {
+  bool full = false;  ///< full recomputation (decoder and MTP layers; ignored by the others)
+  int group = 1;      ///< layers sharing one kept input (uniform method)
+};
+
 class Lowering {
  public:
-  Lowering(const Scenario& s, const topologies::Topology& topo, const models::Workload& w, const CancelFlag* cancel);
+  Lowering(const Scenario& s, const topologies::Topology& topo, const models::Workload& w, const CancelFlag* cancel,
+           bool memory_detail);
   Lowered run();
 
  private:
   std::vector<int> partition_items();
+  /// `layer_pos`: decoder layers of the chunk before this item (advanced past a decoder layer).
+  [[nodiscard]] ItemRecompute item_recompute(const models::PipelineItem& item, int& layer_pos) const;
   void build_ranks(Fidelity f);
   void build_stage_programs(const std::vector<std::vector<int>>& vs_items);
   void adapt_schedule();
   void stage_memories();
+  void memory_detail();
   void p2p_times();
 
   const Scenario& s_;
@@ -75,6 +87,8 @@ class Lowering {
   const topologies::Topology& topo_;
   const models::Workload& w_;
   const CancelFlag* cancel_;
+  bool memory_detail_ = false;
+  std::vector<InflightPeak> peaks_;  ///< per stage, kept for the memory detail only
   models::ComputeModel cm_;
   Layout lay_;
   Tokens tok_;
@@ -101,13 +115,14 @@ topologies::NetworkKind network_kind(const Scenario& s) {
 }
 
 Lowering::Lowering(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
-                   const CancelFlag* cancel)
+                   const CancelFlag* cancel, bool memory_detail)
     : s_(s),
       p_(s.plan),
       m_(s.model),
       topo_(topo),
       w_(w),
       cancel_(cancel),
+      memory_detail_(memory_detail),
       cm_(s.cluster.device),
       lay_(Layout::of(s.plan, s.model.is_moe())),
       tok_(Tokens::of(s.plan, s.training.seq_length, lay_.etp)),
@@ -117,7 +132,7 @@ Lowering::Lowering(const Scenario& s, const topologies::Topology& topo, const mo
       layer_ctx_{s.model, w, cm_, s.training.precision, s.training.seq_length, s.training.documents.packed},
       layers_(layer_ctx_, LayerSpec::of(s.plan, lay_), net_, builder_),
       routing_(MoeInputs{s.model, s.routing, s.placement, s.seed, s.plan.num_microbatches,
-                         s.plan.distributed_optimizer, s.training.precision},
+                         s.plan.distributed_optimizer, adam_state_bytes_per_param(s.plan), s.training.precision},
                lay_, tok_, cm_, net_) {}
 
 /// Layers per virtual stage, from item costs with stage 0's group shapes.
@@ -133,6 +148,17 @@ std::vector<int> Lowering::partition_items() {
     else last_extra += c;
   }
   return partition_layers(p_, layer_cost, first_extra, last_extra);
+}
+
+ItemRecompute Lowering::item_recompute(const models::PipelineItem& item, int& layer_pos) const {
+  ItemRecompute r;
+  r.full = p_.recompute == Recompute::Full;
+  if (item.kind == models::ItemKind::Decoder) {
+    if (r.full && p_.recompute_method == RecomputeMethod::Block) r.full = layer_pos < p_.recompute_num_layers;
+    ++layer_pos;
+  }
+  r.group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
+  return r;
 }
 
 void Lowering::build_ranks(Fidelity f) {
@@ -192,14 +218,9 @@ void Lowering::build_stage_programs(const std::vector<std::vector<int>>& vs_item
       int layer_pos = 0;
       for (int item_idx : vs_items[v]) {
         const auto& item = w_.items[item_idx];
-        bool full = p_.recompute == Recompute::Full;
-        if (item.kind == models::ItemKind::Decoder) {
-          if (full && p_.recompute_method == RecomputeMethod::Block) full = layer_pos < p_.recompute_num_layers;
-          ++layer_pos;
-          ++si.decoder_layers;
-        }
-        const int group = p_.recompute_method == RecomputeMethod::Uniform ? std::max(1, p_.recompute_num_layers) : 1;
-        items.push_back(layers_.build(item, full, group, m));
+        const ItemRecompute rc = item_recompute(item, layer_pos);
+        if (item.kind == models::ItemKind::Decoder) ++si.decoder_layers;
+        items.push_back(layers_.build(item, rc.full, rc.group, m));
       }
       // Forward runs the items in order, backward in reverse; each item's input is the
       // previous item's output.
@@ -264,7 +285,138 @@ void Lowering::stage_memories() {
     for (const auto& chunk : programs_.item_params[stage])
       for (const auto& [pd, pe] : chunk) in.largest_item_params = std::max(in.largest_item_params, pd + pe);
     si.memory = stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
+    if (memory_detail_) peaks_.push_back(peak);
   }
+}
+
+/// Every term of the memory of the stage with the largest total (the first of equals, as the
+/// result's peak): the activations per distinct item from the accounting that made the sums
+/// (LayerBuilder::memory), and the static parts with their bytes per parameter.
+void Lowering::memory_detail() {
+  int worst = 0;
+  double largest = 0;
+  for (const StageInfo& si : out_.stages)
+    if (si.memory.total() > largest) {
+      largest = si.memory.total();
+      worst = si.stage;
+    }
+  const StageInfo& si = out_.stages[worst];
+  const MemoryBreakdown& mem = si.memory;
+  MemoryDetail d;
+  d.stage = worst;
+  d.chunks = p_.vpp;
+  d.inflight_chunks = mem.peak_inflight;
+  d.chunk_bytes = programs_.act[worst];
+  struct Key {
+    int program;
+    ItemRecompute rc;
+  };
+  std::vector<Key> keys;
+  double largest_transient = -1;
+  for (int c = 0; c < p_.vpp; ++c) {
+    int layer_pos = 0;
+    for (int idx : si.chunk_items[c]) {
+      const models::PipelineItem& item = w_.items[idx];
+      const ItemRecompute rc = item_recompute(item, layer_pos);
+      const bool decoder = item.kind == models::ItemKind::Decoder || item.kind == models::ItemKind::Mtp;
+      std::size_t k = 0;
+      while (k < keys.size() && !(keys[k].program == item.program && keys[k].rc.full == rc.full &&
+                                  keys[k].rc.group == rc.group))
+        ++k;
+      if (k < keys.size()) {
+        ++d.items[k].count;
+        continue;
+      }
+      keys.push_back({item.program, rc});
+      ItemMemoryDetail det;
+      const ItemProgram ip = layers_.memory(item, rc.full, rc.group, &det);
+      MemoryItem mi;
+      mi.kind = w_.programs[item.program].name;
+      if (decoder && rc.full) mi.kind += rc.group > 1 ? fmt::format(" (full recompute, 1 input per {})", rc.group)
+                                                      : std::string(" (full recompute)");
+      mi.count = 1;
+      mi.full_bytes = ip.act_bytes_full;
+      mi.kept_bytes = ip.act_bytes;
+      mi.terms = std::move(det.terms);
+      if (ip.transient > largest_transient) {
+        largest_transient = ip.transient;
+        d.transient_source = det.transient_op.empty() ? std::string("none")
+                                                      : mi.kind + " " + det.transient_op + ": " + det.transient_why;
+      }
+      d.items.push_back(std::move(mi));
+    }
+  }
+  for (const MemoryItem& mi : d.items) d.per_microbatch_bytes += mi.kept_bytes * mi.count;
+  d.estimate_bytes = d.per_microbatch_bytes / p_.vpp * d.inflight_chunks;
+  d.walked_peak_bytes = peaks_[static_cast<std::size_t>(worst)].activations;
+  d.swapped_activation_bytes = d.walked_peak_bytes - mem.activations_bytes;
+  d.activations_bytes = mem.activations_bytes;
+  d.transient_bytes = mem.transient_bytes;
+
+  // The static parts, as stage_memory (memory.cpp) counts them.
+  const double params = si.params_dense + si.params_expert;
+  const double shard = optimizer_shard_params(p_, lay_.edp, si.params_dense, si.params_expert);
+  const models::Precision prec = s_.training.precision;
+  const double wb = weight_bytes_per_param(prec, p_);
+  const std::string held = fmt::format("{:.4g} dense (TP {}) + {:.4g} expert (EP {}, ETP {}) parameters on the rank",
+                                       si.params_dense, p_.tp, si.params_expert, lay_.ep, lay_.etp);
+  const std::string wkind = prec != models::Precision::FP8 ? "16-bit weights (mixed precision)"
+                            : wb >= 3.0                     ? "BF16 weights and their FP8 copy (Transformer Engine)"
+                                                            : "FP8 weights in two layouts (--fp8-param-gather)";
+  if (p_.dp_sharding == DpSharding::Full) {
+    double largest_item = 0;
+    for (const auto& chunk : programs_.item_params[worst])
+      for (const auto& [pd, pe] : chunk) largest_item = std::max(largest_item, pd + pe);
+    const double local = std::min(mem.weights_bytes, shard * wb);
+    const double gathered = mem.weights_bytes - local;
+    d.statics.push_back({"weights (local shard)", local, local / wb, wb,
+                         wkind + ", the FSDP shard of the " + held});
+    d.statics.push_back(
+        {"gathered FSDP weights", gathered, gathered / wb, wb,
+         p_.reshard_after_forward && p_.grad_sync_every_microbatch
+             ? fmt::format("the item being computed and the prefetched one: 2 x {:.4g} parameters (the stage's "
+                           "largest item), at most the stage's parameters",
+                           largest_item)
+             : std::string("every layer of the stage, gathered from forward to backward (no reshard after forward, "
+                           "or gradients synchronised at the last micro-batch)")});
+  } else {
+    d.statics.push_back({"weights", mem.weights_bytes, params, wb, wkind + ": " + held});
+  }
+  const double gb = grad_bytes_per_param(p_);
+  std::string gnote = gb >= 4.0 ? "FP32 main gradients (Megatron DDP's gradient buffer)"
+                                : "BF16 gradients (--grad-reduce-in-bf16)";
+  if (p_.dp_sharding == DpSharding::OptimizerGradients && p_.grad_sync_every_microbatch)
+    gnote += fmt::format("; ZeRO-2: the local shard and one {:.0f}M-parameter bucket being reduce-scattered",
+                         kGradientBucketParams / 1e6);
+  else if (p_.dp_sharding == DpSharding::Full && p_.grad_sync_every_microbatch)
+    gnote += "; FSDP: the local shard and one item's unsharded gradients before their reduce-scatter";
+  else if (!p_.grad_sync_every_microbatch)
+    gnote += "; every gradient unsharded until the last micro-batch's synchronisation";
+  else
+    gnote += "; every parameter held by the rank";
+  d.statics.push_back({"gradients", mem.gradients_bytes, mem.gradients_bytes / gb, gb, gnote});
+  const double ob = adam_state_bytes_per_param(p_);
+  std::string onote = fmt::format(
+      "Adam: master weight {:g} + exp_avg {:g} + exp_avg_sq {:g} B/param (Rajbhandari et al. 2020: 12 B with FP32 "
+      "states); ",
+      p_.main_params_bytes, p_.exp_avg_bytes, p_.exp_avg_sq_bytes);
+  onote += p_.distributed_optimizer
+               ? fmt::format("distributed optimizer: dense parameters / (DP x CP = {}), experts / EDP = {}",
+                             p_.dp * p_.cp, lay_.edp)
+               : std::string("not sharded (no distributed optimizer)");
+  if (p_.swap_optimizer)
+    onote += fmt::format("; swapped to host memory but one {:.0f}M-parameter bucket", kGradientBucketParams / 1e6);
+  d.statics.push_back({"optimizer states", mem.optimizer_bytes, mem.optimizer_bytes / ob, ob, onote});
+  d.statics.push_back(
+      {"activations", mem.activations_bytes, 0, 0,
+       fmt::format("the items above: {} micro-batch chunks in flight at the peak walked along the schedule{}",
+                   mem.peak_inflight, d.swapped_activation_bytes > 0 ? ", less what is swapped to host" : "")});
+  d.statics.push_back({"transient", mem.transient_bytes, 0, 0, "the largest working buffer of one operator: " + d.transient_source});
+  d.statics.push_back({"runtime reserve", mem.reserved_bytes, 0, 0,
+                       "the device preset's memory_reserved: runtime context, communication buffers, allocator "
+                       "fragmentation"});
+  d.total_bytes = mem.total();
+  out_.memory_detail = std::move(d);
 }
 
 /// p2p transfer time between consecutive virtual stages.
@@ -289,6 +441,7 @@ Lowered Lowering::run() {
   build_stage_programs(vs_items);
   adapt_schedule();
   stage_memories();
+  if (memory_detail_) memory_detail();
   p2p_times();
 
   std::optional<DocumentWork> docs;
@@ -317,8 +470,8 @@ Lowered Lowering::run() {
 }  // namespace lowering
 
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
-              const CancelFlag* cancel) {
-  return lowering::Lowering(s, topo, w, cancel).run();
+              const CancelFlag* cancel, bool memory_detail) {
+  return lowering::Lowering(s, topo, w, cancel, memory_detail).run();
 }
 
 }  // namespace moesim::strategies

@@ -9,7 +9,7 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
   MemoryBreakdown mem;
   const double params = in.params_dense + in.params_expert;
   const double shard = optimizer_shard_params(p, edp, in.params_dense, in.params_expert);
-  const double wb = weight_bytes_per_param(precision);
+  const double wb = weight_bytes_per_param(precision, p);
   mem.weights_bytes = params * wb;
   const double gb = grad_bytes_per_param(p);
   mem.gradients_bytes = params * gb;
@@ -24,11 +24,11 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
     mem.weights_bytes = std::min(params, shard + gathered) * wb;
     mem.gradients_bytes = accumulate_unsharded ? params * gb : std::min(params, shard + item) * gb;
   }
-  mem.optimizer_bytes = kAdamStateBytesPerParam * shard;
+  mem.optimizer_bytes = adam_state_bytes_per_param(p) * shard;
   if (p.swap_optimizer) {
     // Optimizer states live in host memory; one gradient bucket's states are on the device
     // at a time while the step streams through them.
-    const double resident = std::min(mem.optimizer_bytes, kAdamStateBytesPerParam * kGradientBucketParams);
+    const double resident = std::min(mem.optimizer_bytes, adam_state_bytes_per_param(p) * kGradientBucketParams);
     mem.swapped_bytes += mem.optimizer_bytes - resident;
     mem.optimizer_bytes = resident;
   }

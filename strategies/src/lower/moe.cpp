@@ -325,7 +325,7 @@ double MoeRouting::migration_seconds(const std::vector<std::vector<int>>& chunk_
       3.0 * static_cast<double>(in_.model.hidden) * static_cast<double>(in_.model.expert_ffn_hidden) / lay_.etp;
   // BF16 weights and the expert's Adam states (its shard with the distributed optimizer).
   const double bytes_per_param =
-      2.0 + (in_.distributed_optimizer ? kAdamStateBytesPerParam / lay_.edp : kAdamStateBytesPerParam);
+      2.0 + (in_.distributed_optimizer ? in_.adam_state_bytes / lay_.edp : in_.adam_state_bytes);
   const topologies::GroupShape& sh = net_.shape(GroupKind::Ep);
   const double bw = sh.spans_nodes() ? sh.inter_bytes_per_s : sh.intra_bytes_per_s;
   double worst_total = 0;

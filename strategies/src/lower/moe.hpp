@@ -24,6 +24,7 @@ struct MoeInputs {
   std::uint64_t seed;
   int num_microbatches;
   bool distributed_optimizer;
+  double adam_state_bytes;  ///< per parameter of an optimizer shard (adam_state_bytes_per_param)
   models::Precision precision;
 };
 

@@ -93,6 +93,19 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
                key == "swap_optimizer" || key == "use_megatron_fsdp" ||
                key == "grad_reduce_in_bf16") {
       par[key] = has_value ? as_json(value) : nlohmann::json(true);
+    } else if (key == "fp8_param_gather") {
+      par[key] = has_value ? as_json(value) : nlohmann::json(true);
+    } else if (key == "use_precision_aware_optimizer" || key == "reuse_grad_buf_for_mxfp8_param_ag") {
+      // The dtypes below say what the precision-aware optimizer keeps; the MXFP8 parameter
+      // all-gather reusing the gradient buffer needs no memory of its own, as moesim counts it.
+      continue;
+    } else if (key == "exp_avg_dtype" || key == "exp_avg_sq_dtype" || key == "main_params_dtype") {
+      if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
+      else par[key] = value;
+    } else if (key == "main_grads_dtype") {  // the gradient buffer's dtype
+      if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
+      else if (value == "bf16") par["grad_reduce_in_bf16"] = true;
+      else if (value != "fp32") diag.error(pointer, "\"" + value + "\"", "--main-grads-dtype must be fp32 or bf16");
     } else if (key == "data_parallel_sharding_strategy") {
       if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
       else par[key] = value;

@@ -127,6 +127,15 @@ void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
   p.swap_optimizer = r.boolean({"swap_optimizer"}, false);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
+  // Megatron's precision-aware optimizer: the Adam moments' and master weights' dtypes.
+  auto dtype_bytes = [&](const char* key, const char* def, std::initializer_list<std::string_view> allowed) {
+    const std::string d = r.string({key}, def, allowed);
+    return d == "fp32" ? 4.0 : d == "fp8" ? 1.0 : 2.0;
+  };
+  p.exp_avg_bytes = dtype_bytes("exp_avg_dtype", "fp32", {"fp32", "bf16", "fp16", "fp8"});
+  p.exp_avg_sq_bytes = dtype_bytes("exp_avg_sq_dtype", "fp32", {"fp32", "bf16", "fp16", "fp8"});
+  p.main_params_bytes = dtype_bytes("main_params_dtype", "fp32", {"fp32", "fp16"});
+  p.fp8_param_gather = r.boolean({"fp8_param_gather", "fp8_params"}, false);
   if (p.overlap_param_gather && !p.distributed_optimizer)
     diag.error(r.child_pointer("overlap_param_gather"), "true", "requires use_distributed_optimizer=true");
   if (p.tp_comm_overlap && !p.sequence_parallel)
@@ -230,6 +239,8 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   t.workload.cross_entropy = ce == "pytorch"    ? models::CrossEntropy::PyTorch
                              : ce == "compiled" ? models::CrossEntropy::Compiled
                                                 : models::CrossEntropy::Fused;
+  const std::string probs = r.string({"moe_router_probs"}, "activation", {"activation", "output"});
+  t.workload.moe_probs = probs == "output" ? models::MoeProbs::Output : models::MoeProbs::Activation;
   if (const auto* d = r.get({"documents"})) {
     ObjectReader q(*d, r.child_pointer("documents"), diag);
     t.documents.packed = true;
@@ -576,13 +587,15 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
   }
 }
 
-/// Swapping needs the device-host bandwidth, fp8 the device's FP8 peak.
+/// Swapping needs the device-host bandwidth, fp8 the device's FP8 peak (and FP8 weights an FP8 recipe).
 void check_device_support(const Scenario& s, Diagnostics& diag) {
   if ((s.plan.swap_activations > 0 || s.plan.swap_optimizer) && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
     diag.error(s.plan.swap_activations > 0 ? "/parallelism/swap_activations" : "/parallelism/swap_optimizer",
                s.plan.swap_activations > 0 ? std::to_string(s.plan.swap_activations) : "true",
                "needs the device-host bandwidth (\"host_bandwidth\"), which device " + s.cluster.device.name +
                    " does not give");
+  if (s.plan.fp8_param_gather && s.training.precision != models::Precision::FP8)
+    diag.error("/parallelism/fp8_param_gather", "true", "needs training.precision \"fp8\" (the weights are FP8 tensors)");
   if (s.training.precision == models::Precision::FP8 && s.cluster.device.peak_fp8.value() <= 0 && diag.ok())
     diag.error("/training/precision", "\"fp8\"", "is not supported by device " + s.cluster.device.name + " (no FP8 peak in its preset)");
 }

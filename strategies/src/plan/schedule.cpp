@@ -44,18 +44,19 @@ StageOrder one_f_one_b(int p, int s, int m) {
   return o;
 }
 
-/// Interleaved 1F1B's warm-up: (p - s - 1) x 2 + (v - 1) x p forwards, all of them when the
-/// micro-batches equal the stages in Megatron (schedules.py, all_warmup_microbatches), never in
-/// torch.distributed.pipelining (ScheduleInterleaved1F1B._get_warmup_ops).
-int interleaved_warmup(int p, int v, int s, int m, bool megatron) {
+/// Interleaved 1F1B's warm-up: (p - s - 1) x 2 + (v - 1) x p forwards, capped at all of them
+/// (Megatron-core schedules.py get_pp_rank_microbatches; torch.distributed.pipelining's
+/// ScheduleInterleaved1F1B._get_warmup_ops counts the same). Megatron-core before 2024-11-01
+/// (commit 4295be1a) also ran every forward first when the micro-batches equalled the stages;
+/// no published run moesim is checked against had that shape (vpp > 1 with m = p) before then.
+int interleaved_warmup(int p, int v, int s, int m) {
   const int total = m * v;
-  if (megatron && m == p) return total;
   return std::min((p - s - 1) * 2 + (v - 1) * p, total);
 }
 
-StageOrder interleaved(int p, int v, int s, int m, bool megatron = true) {
+StageOrder interleaved(int p, int v, int s, int m) {
   const int total = m * v;
-  const int warmup = interleaved_warmup(p, v, s, m, megatron);
+  const int warmup = interleaved_warmup(p, v, s, m);
   auto fwd = [&](int k) {
     const int chunk = (k / p) % v;
     const int mb = (k / (p * v)) * p + k % p;
@@ -320,11 +321,7 @@ std::vector<StageOrder> dualpipe(int p, int m) {
 
 /// 1F1B keeps p - s micro-batches in flight; interleaved 1F1B its warm-up plus one.
 int inflight_interleaved_or_1f1b(int pp, int vpp, int m, int stage) {
-  if (vpp > 1) return std::min(m * vpp, interleaved_warmup(pp, vpp, stage, m, true) + 1);
-  return std::min(pp - stage, m);
-}
-int inflight_interleaved_torch(int pp, int vpp, int m, int stage) {
-  if (vpp > 1) return std::min(m * vpp, interleaved_warmup(pp, vpp, stage, m, false) + 1);
+  if (vpp > 1) return std::min(m * vpp, interleaved_warmup(pp, vpp, stage, m) + 1);
   return std::min(pp - stage, m);
 }
 /// ZB-H1's deferred Ws keep a few more micro-batches (the lowering's list schedule: +3 on the
@@ -365,11 +362,6 @@ std::vector<StageOrder> generate_1f1b(int pp, int vpp, int m, const StageCosts&)
 std::vector<StageOrder> generate_interleaved(int pp, int vpp, int m, const StageCosts&) {
   std::vector<StageOrder> out(static_cast<std::size_t>(pp));
   for (int s = 0; s < pp; ++s) out[s] = vpp > 1 ? interleaved(pp, vpp, s, m) : one_f_one_b(pp, s, m);
-  return out;
-}
-std::vector<StageOrder> generate_interleaved_torch(int pp, int vpp, int m, const StageCosts&) {
-  std::vector<StageOrder> out(static_cast<std::size_t>(pp));
-  for (int s = 0; s < pp; ++s) out[s] = vpp > 1 ? interleaved(pp, vpp, s, m, false) : one_f_one_b(pp, s, m);
   return out;
 }
 std::vector<StageOrder> generate_zb_h1(int pp, int, int m, const StageCosts& costs) { return zero_bubble_h1(pp, m, costs); }
@@ -436,7 +428,7 @@ constexpr ScheduleTraits kTable[] = {
     {ScheduleKind::DualPipe,     "dualpipe",         true,  true,  true,  true, false,  false, 1, 2, generate_dualpipe,
      inflight_dualpipe, fill_dualpipe, check_dualpipe, vpp_dualpipe},
     {ScheduleKind::InterleavedTorch, "interleaved_1f1b_torch", false, false, false, false, false, false, 0, 0,
-     generate_interleaved_torch, inflight_interleaved_torch, fill_1f1b, check_interleaved, any_vpp},
+     generate_interleaved, inflight_interleaved_or_1f1b, fill_1f1b, check_interleaved, any_vpp},
 };
 
 static_assert([] {

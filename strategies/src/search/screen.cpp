@@ -210,10 +210,12 @@ double Screen::peak_memory(const StageSums& ss) const {
 /// Data-parallel traffic and how much of it the last backward / first forward hides.
 double Screen::dp_exposed(const StageSums& ss) const {
   const double gb = grad_bytes_per_param(p_);
-  auto coll = [&](GroupKind g, Collective c, double bytes) {
+  const double pgb = param_gather_bytes_per_param(p_);
+  auto coll = [&](GroupKind g, Collective c, double params, double bytes_per_param) {
     const topologies::GroupShape& sh = net_.shape(g);
+    const double bytes = params * bytes_per_param;
     if (sh.size <= 1 || bytes <= 0) return 0.0;
-    const double buckets = std::max(1.0, std::ceil(bytes / gb / kGradientBucketParams));
+    const double buckets = std::max(1.0, std::ceil(params / kGradientBucketParams));
     const topologies::GroupPlacement where{&sh, {}, {}, 1};
     return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
   };
@@ -221,9 +223,9 @@ double Screen::dp_exposed(const StageSums& ss) const {
   double exposed = 0;
   for (int st = 0; st < p_.pp; ++st) {
     const double pd = ss.params_dense[st], pe = ss.params_expert[st];
-    const double rs = coll(GroupKind::Dp, red, pd * gb) + coll(GroupKind::Edp, red, pe * gb);
-    const double ag = p_.distributed_optimizer ? coll(GroupKind::Dp, Collective::AllGather, pd * 2.0) +
-                                                     coll(GroupKind::Edp, Collective::AllGather, pe * 2.0)
+    const double rs = coll(GroupKind::Dp, red, pd, gb) + coll(GroupKind::Edp, red, pe, gb);
+    const double ag = p_.distributed_optimizer ? coll(GroupKind::Dp, Collective::AllGather, pd, pgb) +
+                                                     coll(GroupKind::Edp, Collective::AllGather, pe, pgb)
                                                : 0.0;
     if (p_.dp_sharding == DpSharding::Full) {
       // Per item and micro-batch: gathers before the forward (and the backward after a
@@ -306,7 +308,7 @@ PlanEstimate Screen::run() {
 
   e.dp_exposed_s = dp_exposed(ss);
   const double shard = optimizer_shard_params(p_, lay_.edp, ss.params_dense[slow], ss.params_expert[slow]);
-  const double opt = cache_.cm.memory_bound(Bytes{kOptimizerStepBytesPerParam * shard}).value();
+  const double opt = cache_.cm.memory_bound(Bytes{optimizer_step_bytes_per_param(p_) * shard}).value();
   e.step_s = pipe + e.dp_exposed_s + opt;
   e.tokens_per_s = s_.training.tokens_per_step() / e.step_s;
   e.mfu = w_.model_flops_per_token * e.tokens_per_s /

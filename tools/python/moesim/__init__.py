@@ -110,7 +110,8 @@ def check(scenario, overrides=None):
     return _moesim.check(_scenario(scenario), overrides)
 
 
-def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infeasible=False, wall_time=True):
+def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infeasible=False, wall_time=True,
+             memory_detail=False):
     """Simulate one training step; return the result dict of ``moesim simulate --format json``.
 
     scenario: a dict (the scenario JSON) or a path to a scenario file.
@@ -128,6 +129,9 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
     raise_infeasible: raise Infeasible instead of returning ``feasible: False``.
     wall_time: keep ``simulator.wall_s`` (False: like ``--no-wall-time``, byte-identical
         results for the same scenario and seed).
+    memory_detail: also return ``result["memory"]["detail"]`` (like ``--memory-detail``): every
+        activation term per operator of the largest stage, with what recomputation drops and
+        the source of each size, and the static parts (weights, gradients, optimizer, ...).
 
     Raises ConfigError for bad input (message as the CLI's, exit status 2).
     """
@@ -138,6 +142,7 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
         _bool("trace", trace),
         _bool("raise_infeasible", raise_infeasible),
         _bool("wall_time", wall_time),
+        _bool("memory_detail", memory_detail),
     )
 
 

@@ -60,6 +60,7 @@ def simulate(
     *,
     raise_infeasible: bool = False,
     wall_time: bool = True,
+    memory_detail: bool = False,
 ) -> dict[str, Any]:
     """One training step: the dict of `moesim simulate --format json` (+ "trace": Trace)."""
 

@@ -92,6 +92,8 @@ struct Op {
   double saved_bytes = 0;  ///< activation bytes per token kept for backward (unsharded)
   SavedLayout saved_layout = SavedLayout::Sequence;
   std::uint32_t saved_tag = 0;  ///< recompute modules that drop the saved bytes
+  /// What `saved_bytes` is and where its size comes from, for memory reports (a static string).
+  const char* saved_note = "";
   std::uint32_t rerun_tag = 0;  ///< recompute modules that re-run this operator in backward
   bool model_flops = true;  ///< counted in MFU
   // Backward, relative to the forward: the data-gradient part (FLOPs for GEMMs and attention,
@@ -152,10 +154,18 @@ inline constexpr double kActivationBytes = 2.0;  ///< BF16/FP16 activations
 /// 2025: components/loss.py `build_cross_entropy_loss`).
 enum class CrossEntropy : std::uint8_t { Fused, PyTorch, Compiled };
 
+/// Where an MoE layer multiplies the routed tokens by their routing weights: inside the
+/// experts' activation (Megatron-core from 2025-04-09, commit 2659630721 "Memory efficient token
+/// permutation": `activation_func_with_probs`, so the unpermute is a plain scatter-add that keeps
+/// nothing), or on the experts' outputs before their weighted sum (Megatron-core before, torchtitan's
+/// DeepSeek-V3 with score_before_experts false), whose backward keeps the k outputs per token.
+enum class MoeProbs : std::uint8_t { Activation, Output };
+
 struct WorkloadOptions {
   double dropout = 0.0;  ///< hidden and attention dropout probability (0: no dropout kernels)
   AttentionKernel attention = AttentionKernel::Flash;
   CrossEntropy cross_entropy = CrossEntropy::Fused;
+  MoeProbs moe_probs = MoeProbs::Activation;
 };
 
 Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt = {});

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,56 @@ struct StageInfo {
   double backward_seconds = 0;  ///< including recomputation
 };
 
+/// One tensor (or tensors) an operator keeps for backward, on one rank for one micro-batch.
+struct MemoryTerm {
+  std::string op;               ///< operator name ("core_attn", "mtp.expert_up"; "... s^2 scores", "layer input")
+  double full_bytes = 0;        ///< kept without any recomputation
+  double kept_bytes = 0;        ///< kept under the plan's recomputation / checkpointing
+  const char* dropped_by = "";  ///< why full_bytes - kept_bytes is not kept ("": all kept); static text
+  const char* note = "";        ///< what is kept and where its size comes from; static text
+  double precision_factor = 1;  ///< bytes relative to the 16-bit accounting (FP8 GEMM inputs)
+};
+
+/// The terms of one kind of pipeline item (a distinct program under one recomputation) in a stage.
+struct MemoryItem {
+  std::string kind;  ///< program name ("moe_layer", "dense_layer", "embedding", "head", "mtp"), "+ full recompute"
+  int count = 0;     ///< items of this kind in the stage (all its chunks)
+  double full_bytes = 0, kept_bytes = 0;  ///< per item and micro-batch: the sums of the terms
+  std::vector<MemoryTerm> terms;          ///< in the item's operator order
+};
+
+/// A memory part that does not scale with the micro-batches: weights, gradients, optimizer, ...
+struct MemoryStaticTerm {
+  std::string name;
+  double bytes = 0;
+  double params = 0;           ///< parameters it is counted for (0: not per parameter)
+  double bytes_per_param = 0;
+  std::string note;            ///< where it comes from
+};
+
+/// Every term of one stage's memory (the stage with the largest total, the one that decides
+/// whether the plan fits). The activations reconcile as
+///   per_microbatch_bytes = sum over items of kept_bytes x count  (= sum of chunk_bytes)
+///   estimate = per_microbatch_bytes / chunks x inflight_chunks    (exact when the chunks are even)
+///   walked_peak_bytes = the peak walked along the schedule;  residual = walked - estimate
+///   activations_bytes = walked_peak_bytes - swapped_activation_bytes
+struct MemoryDetail {
+  int stage = 0;
+  int chunks = 1;           ///< model chunks of the stage (virtual pipeline stages)
+  int inflight_chunks = 0;  ///< micro-batch chunks alive at the activation peak
+  std::vector<double> chunk_bytes;  ///< kept activations of one micro-batch, per chunk
+  double per_microbatch_bytes = 0;
+  double estimate_bytes = 0;
+  double walked_peak_bytes = 0;
+  double swapped_activation_bytes = 0;
+  double activations_bytes = 0;
+  double transient_bytes = 0;
+  std::string transient_source;  ///< the operator whose working buffers are the largest, and why
+  std::vector<MemoryItem> items;
+  std::vector<MemoryStaticTerm> statics;  ///< weights ... reserve, then the total
+  double total_bytes = 0;
+};
+
 /// One collective as lowered, for reports ("where the bytes go").
 struct CollectiveUse {
   std::string group;      ///< "tp", "ep", "dp", ...
@@ -124,11 +175,14 @@ struct Lowered {
   /// mean work per micro-batch relative to whole causal sequences.
   double attention_work_max_over_mean = 1;
   double attention_work_mean = 1;
+  /// Lowered with `memory_detail`: every term of the largest stage's memory.
+  std::optional<MemoryDetail> memory_detail;
 };
 
 /// `cancel` (may be null) is polled between pipeline operations; raised, lowering throws Cancelled.
+/// `memory_detail`: also fill Lowered::memory_detail (off: nothing of it is computed).
 Lowered lower(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
-              const CancelFlag* cancel = nullptr);
+              const CancelFlag* cancel = nullptr, bool memory_detail = false);
 
 /// Expected fraction of cross-server all-to-all bytes left after merging the copies of a token
 /// bound for the same server: `experts` spread evenly over `servers`, top-k chosen uniformly.

@@ -27,14 +27,32 @@ inline constexpr double kGradientBucketParams = 40e6;
 /// 34 bytes. A memory-bound kernel at the device's streaming bandwidth.
 inline constexpr double kOptimizerStepBytesPerParam = 34.0;
 
+/// Adam's state per parameter of the local shard: master weight and both moments in their
+/// dtypes (kAdamStateBytesPerParam by default; 8 with Megatron's precision-aware optimizer and
+/// BF16 moments, --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).
+[[nodiscard]] inline double adam_state_bytes_per_param(const Plan& p) {
+  return p.main_params_bytes + p.exp_avg_bytes + p.exp_avg_sq_bytes;
+}
+/// Memory traffic of one Adam step per parameter of the shard: kOptimizerStepBytesPerParam with
+/// the states read and written in their own dtypes.
+[[nodiscard]] inline double optimizer_step_bytes_per_param(const Plan& p) {
+  return kOptimizerStepBytesPerParam - 2.0 * (kAdamStateBytesPerParam - adam_state_bytes_per_param(p));
+}
+
 /// Bytes per parameter of the gradient buffer: FP32 main gradients, or the parameters' BF16
 /// with --grad-reduce-in-bf16 (NeMo's optim.grad_sync_dtype=bf16).
 [[nodiscard]] inline double grad_bytes_per_param(const Plan& p) { return p.grad_reduce_in_bf16 ? 2.0 : kMainGradBytesPerParam; }
 
 /// Bytes per parameter of the weights a rank holds: BF16, plus an FP8 copy in FP8 recipes.
-[[nodiscard]] inline double weight_bytes_per_param(models::Precision p) {
-  return p == models::Precision::FP8 ? 3.0 : 2.0;
+/// With FP8 weights (fp8_param_gather) there is no BF16 copy: the FP8 data and its second
+/// layout (Hopper's transpose, MXFP8's column-wise copy; Transformer Engine's Float8Tensor /
+/// MXFP8Tensor), 2 bytes.
+[[nodiscard]] inline double weight_bytes_per_param(models::Precision precision, const Plan& p) {
+  if (precision != models::Precision::FP8) return 2.0;
+  return p.fp8_param_gather ? 2.0 : 3.0;
 }
+/// Bytes per parameter a data-parallel parameter all-gather moves: BF16, or FP8 with FP8 weights.
+[[nodiscard]] inline double param_gather_bytes_per_param(const Plan& p) { return p.fp8_param_gather ? 1.0 : 2.0; }
 
 /// Parameters of a stage's optimizer shard on one rank: the dense part is sharded over DP x CP
 /// and the expert part over expert-data-parallel ranks with the distributed optimizer.

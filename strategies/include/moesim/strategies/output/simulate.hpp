@@ -91,6 +91,8 @@ struct Result {
   std::uint64_t tasks = 0;
   std::uint64_t events = 0;
   double wall_s = 0;
+  /// simulate(..., memory_detail = true): every term of the largest stage's memory.
+  std::optional<MemoryDetail> memory_detail;
 };
 
 /// Everything a run produced: the result, and the graph and run for traces and reports.
@@ -106,8 +108,9 @@ void check_result_invariants(const Result& r);
 
 /// Simulates one step. Throws ConfigError when the inputs make the step leave the engine's time
 /// range (naming them), Cancelled when `cancel` is raised, InternalError when the result would
-/// break an invariant (a bug: never returned as a result).
-Simulation simulate(const Scenario& s, const CancelFlag* cancel = nullptr);
+/// break an invariant (a bug: never returned as a result). `memory_detail`: also fill
+/// Result::memory_detail (`moesim simulate --memory-detail`); off, nothing of it is computed.
+Simulation simulate(const Scenario& s, const CancelFlag* cancel = nullptr, bool memory_detail = false);
 
 /// The breakdown as {"compute": s, "tp_comm": s, ...} and back.
 nlohmann::json to_json(const Breakdown& b);
@@ -116,6 +119,13 @@ Breakdown breakdown_from_json(const nlohmann::json& j);
 /// The result as INTERFACE.md's JSON object. `include_wall_time = false` omits the one
 /// non-deterministic field, making the output byte-identical across runs.
 nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time = true);
+
+/// The memory detail as the result's `memory.detail` object: {stage, inflight_chunks, items:
+/// [{kind, count, terms: [{op, full_bytes, kept_bytes, dropped_by, note}]}], static: [...], ...}.
+nlohmann::json to_json(const MemoryDetail& d);
+
+/// The memory detail as a table (units GiB / MiB), with the activations' reconciliation line.
+std::string format_memory_detail(const MemoryDetail& d, double capacity_bytes);
 
 /// Chrome trace-event JSON (Perfetto): one process per simulated rank, one thread per stream.
 void write_chrome_trace(std::ostream& out, const Simulation& sim);

@@ -102,6 +102,17 @@ struct Plan {
   bool tp_comm_overlap = false;
   /// Megatron reduces BF16 gradients in FP32 unless --grad-reduce-in-bf16.
   bool grad_reduce_in_bf16 = false;
+  /// Bytes per parameter of Adam's first and second moments (exp_avg, exp_avg_sq): 4 (FP32,
+  /// the default) or 2 with Megatron's precision-aware optimizer (--use-precision-aware-optimizer
+  /// --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), 1 with fp8 moments.
+  double exp_avg_bytes = 4;
+  double exp_avg_sq_bytes = 4;
+  /// Bytes per parameter of the optimizer's master weights (--main-params-dtype fp32 | fp16).
+  double main_params_bytes = 4;
+  /// FP8 recipes only: the model's weights are FP8 tensors (Megatron --fp8-param-gather, NeMo
+  /// fp8_params): no BF16 copy beside the FP8 one, and the distributed optimizer all-gathers
+  /// FP8 (1 byte per parameter).
+  bool fp8_param_gather = false;
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   /// MindSpeed --moe-fb-overlap: a forward and a backward of different micro-batches run as

@@ -27,7 +27,8 @@ namespace moesim::strategies {
 /// The pipeline schedules. Everything that differs between them is in their ScheduleTraits
 /// (schedule.cpp's registry); the rest of the code asks the traits, not the kind.
 enum class ScheduleKind : std::uint8_t {
-  OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV, DualPipe, InterleavedTorch
+  OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV, DualPipe,
+  InterleavedTorch  ///< torch.distributed.pipelining's name for the same order as Interleaved
 };
 
 /// Backward is the whole backward pass, or only the data-gradient part (B) when the schedule
