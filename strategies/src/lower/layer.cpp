@@ -1,3 +1,4 @@
+#include <array>
 #include "layer.hpp"
 
 #include <algorithm>
@@ -472,7 +473,10 @@ void LayerBuilder::build_backward(const models::Program& prog, const std::string
     bool rerun = full || (op.rerun_tag & modules) != 0;
     if (op_checkpoint_ && !full) {
       // Operator-level checkpointing: every other matmul (the 2nd, 4th, ...) and the
-      // element-wise operators run again; attention and the other matmuls were kept.
+      // element-wise operators run again; attention and the other matmuls were kept. Counted
+      // by moesim's fused operators (o_proj and mlp_down in a Llama block); torchtitan's
+      // modules re-run wk, wo and w3 instead (account_memory counts those for memory), the
+      // same FLOPs up to wk's: time follows the fused count.
       if (op.kind == OpKind::Gemm) rerun = ++gemm % 2 == 0;
       else rerun = op.kind == OpKind::Vector;
     }
@@ -588,17 +592,42 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
     if (detail)
       detail->terms.push_back(MemoryTerm{"layer input", 0.0, kept, "",
                                          "the layer's input, kept by operator-level checkpointing: 2sbh", 1.0});
+    // torchtitan's policy counts aten.mm calls as the modules make them: a Llama block's Q, K
+    // and V projections are three (wq, wk, wv), its gated MLP's gate and up two (w1, w3);
+    // grouped expert GEMMs are not aten.mm and are neither counted nor kept.
     int gemm = 0;
     for (const Op& op : prog.ops) {
-      if (op.kind == OpKind::Gemm && ++gemm % 2 == 1) {
+      if (op.kind == OpKind::Gemm && op.region != Region::Expert) {
         const GemmShape g = gemm_shape(op);
-        const double out = g.m * g.n * g.batch * models::kActivationBytes;
+        const double out_all = g.m * g.n * g.batch * models::kActivationBytes;
+        std::array<double, 3> parts{1.0, 0.0, 0.0};
+        int n_parts = 1;
+        const auto ends_with = [&](std::string_view suffix) {
+          return op.name.size() >= suffix.size() && op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+        };
+        const auto& m = ctx_.model;
+        if (ends_with("qkv") && m.heads > 0 && m.kv_heads > 0) {
+          const double all = m.heads + 2.0 * m.kv_heads;
+          parts = {m.heads / all, m.kv_heads / all, m.kv_heads / all};
+          n_parts = 3;
+        } else if (ends_with("mlp_up") && m.mlp == models::MlpKind::SwiGLU) {
+          parts = {0.5, 0.5, 0.0};
+          n_parts = 2;
+        }
+        double out = 0;
+        for (int i = 0; i < n_parts; ++i)
+          if (++gemm % 2 == 1) out += parts[static_cast<std::size_t>(i)] * out_all;
+        if (out <= 0) continue;
         kept += out;
         if (detail)
-          detail->terms.push_back(MemoryTerm{op.name + " output", 0.0, out, "",
-                                             "output of an odd matmul (1st, 3rd, ...), 16-bit, kept by operator-level "
-                                             "checkpointing (moesim estimate)",
-                                             1.0});
+          detail->terms.push_back(MemoryTerm{
+              op.name + " output", 0.0, out, "",
+              n_parts > 1 ? "outputs of its odd matmuls (1st, 3rd, ... in the block; Q, K, V and gate, up counted "
+                            "as separate matmuls, as torchtitan's modules call them), 16-bit, kept by operator-level "
+                            "checkpointing"
+                          : "output of an odd matmul (1st, 3rd, ... in the block), 16-bit, kept by operator-level "
+                            "checkpointing",
+              1.0});
       } else if (op.kind == OpKind::Attention) {
         const double out = (op.heads / spec_.tp) * (op.d_v * models::kActivationBytes + 4.0) * tok_.Tc;
         kept += out;
