@@ -31,3 +31,18 @@ foreach(split all held_out)
     endif()
   endforeach()
 endforeach()
+# Every run in the file really ran: a run predicted not to fit is a false "does not fit" unless
+# the recorded figures name it with a one-line reason (predicted_not_to_fit: {id: reason}).
+string(JSON n_oom LENGTH "${report}" summary predicted_not_to_fit)
+if(n_oom GREATER 0)
+  math(EXPR last "${n_oom} - 1")
+  foreach(i RANGE ${last})
+    string(JSON id GET "${report}" summary predicted_not_to_fit ${i})
+    string(JSON why ERROR_VARIABLE missing GET "${recorded}" predicted_not_to_fit ${id})
+    if(missing)
+      message(FATAL_ERROR "validation: ${id} really ran but is predicted not to fit, and "
+                          "${RECORDED} gives no reason for it (predicted_not_to_fit.${id})")
+    endif()
+    message(STATUS "predicted not to fit, with its recorded reason: ${id}: ${why}")
+  endforeach()
+endif()
