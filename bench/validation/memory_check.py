@@ -3,9 +3,11 @@
 
   bench/validation/memory_check.py [--cli build/bin/moesim] [--json OUT]
 
-Each case becomes a scenario (the mapping is below, every assumption printed with its case),
-`moesim simulate --format json` predicts the peak of the worst pipeline stage, and the error is
-(predicted - measured) / measured. Measured figures are what the source logged: PyTorch's
+Each case becomes a scenario (the mapping is below, every assumption printed with its case) and
+one `moesim validate` over all of them predicts each run's memory: the pipeline stage whose rank
+logged the peak (Megatron-LM's last rank; the worst stage when the source takes the maximum),
+without moesim's runtime reserve; the error is (predicted - measured) / measured. Every run
+ran, so a "does not fit" (against the run's own device memory) is false and fails --guard. Measured figures are what the source logged: PyTorch's
 peak reserved memory (torchtitan) or peak allocated memory (Megatron's CI); the prediction is
 one number for both, so the reserved figures carry the allocator's caching on top.
 Nothing is fitted on these cases.
@@ -79,6 +81,20 @@ def probs_of(c):
     return "output" if "torchtitan" in c["framework"].lower() else "activation"
 
 
+def cluster_of(hw, notes):
+    """DGX-H100 timing with the run's device memory: the 96 GB HBM2e H100 of Meta's Grand Teton
+    (torch reports ~95 GiB) and the H200 (141 GB; torch reports ~140 GiB) hold more than the
+    80 GiB preset, which only matters for the fits / does-not-fit verdict."""
+    cluster = {"preset": "dgx-h100", "devices": hw["devices"]}
+    dev = hw["device"]
+    m = re.search(r"reports ~(\d+(?:\.\d+)?) GiB", dev)
+    gib = float(m.group(1)) if m else 140.0 if dev.startswith("H200") else None
+    if gib:
+        cluster["device"] = {"preset": "h100-sxm-80gb", "hbm": {"capacity": f"{gib:g}GiB"}}
+        notes.append(f"device memory {gib:g} GiB ({dev.split(' (')[0]}), H100 timing")
+    return cluster
+
+
 def scenario_of(c):
     notes = []
     p, t, hw = c["parallelism"], c["training"], c["hardware"]
@@ -130,7 +146,7 @@ def scenario_of(c):
     dp = p.get("dp") or 1
     devices = hw["devices"]
     gbs = t.get("global_batch_size") or t["micro_batch_size"] * dp
-    return {"model": model_of(c, notes), "cluster": {"preset": "dgx-h100", "devices": devices},
+    return {"model": model_of(c, notes), "cluster": cluster_of(hw, notes),
             "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
                          "attention_kernel": sc_attention,
                          "cross_entropy": loss_of(c), "moe_router_probs": probs_of(c)},
@@ -183,7 +199,7 @@ def main():
     LEGACY = a.legacy_sharding
     cases = json.loads(pathlib.Path(a.cases).read_text())
     vcases, measured, notes = validate_cases(cases)
-    # One `moesim validate` for all cases: it reports the worst stage's peak without the runtime
+    # One `moesim validate` for all cases: it reports the measured stage's peak without the runtime
     # reserve (predicted_allocated_gib), since PyTorch's allocator statistics do not see the CUDA
     # context, NCCL's buffers or the reserve moesim adds per device, and the error against the
     # measured peak (memory_error_pct).
@@ -201,13 +217,18 @@ def main():
             continue
         meas, pred, err = measured[c["id"]], res["predicted_allocated_gib"], res["memory_error_pct"]
         rows.append({"id": c["id"], "status": "ok", "measured_gib": meas, "predicted_gib": pred, "error_pct": err,
+                     "fits": res["feasible"], "peak_gib": res["predicted_peak_gib"], "capacity_gib": res["capacity_gib"],
                      "what": c["measured"]["what"].split(":")[0].split(" ")[0], "notes": notes[c["id"]]})
         print(f"{c['id']}: measured {meas:6.1f} GiB  predicted {pred:6.1f} GiB  {err:+6.1f}%  {c['model']['name'][:40]}")
     ok = [r for r in rows if r["status"] == "ok"]
     mean = statistics.mean(abs(r["error_pct"]) for r in ok) if ok else 0.0
     print(f"{len(ok)} cases, mean |error| {mean:.1f}%, max {max(abs(r['error_pct']) for r in ok):.1f}%")
+    # Every one of these runs ran: a "does not fit" is false.
+    false_oom = [r["id"] for r in ok if not r["fits"]]
+    print(f"predicted not to fit: {len(false_oom)} of {len(ok)} runs that ran" + (f" ({', '.join(false_oom)})" if false_oom else ""))
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps({"cases": rows, "mean_abs_error_pct": mean}, indent=1) + "\n")
+        pathlib.Path(a.json).write_text(json.dumps({"cases": rows, "mean_abs_error_pct": mean,
+                                                    "predicted_not_to_fit": false_oom}, indent=1) + "\n")
     if a.guard:
         limit = json.loads(pathlib.Path(a.guard).read_text())["mean_abs_error_pct"]
         if len(ok) < len(cases):
@@ -215,6 +236,9 @@ def main():
             return 1
         if mean > limit:
             print(f"memory guard: mean |error| rose to {mean:.1f}% (recorded {limit}%)")
+            return 1
+        if false_oom:
+            print(f"memory guard: runs that ran are predicted not to fit: {', '.join(false_oom)}")
             return 1
     return 0
 
