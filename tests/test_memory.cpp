@@ -138,6 +138,25 @@ TEST_CASE("memory: cross-entropy and FP8 saved inputs", "[memory]") {
   CHECK(a16 - a8 == Approx(8 * 2048 * per_token).epsilon(1e-9));
 }
 
+TEST_CASE("memory: recomputing core attention keeps Q, K, V and the output O", "[memory]") {
+  // Megatron-core checkpoints the attention kernel only: its inputs Q, K, V stay, and O stays
+  // as the output projection's saved input. With flash attention in BF16 nothing is freed (the
+  // log-sum-exp is counted as kept); in FP8 flash's 16-bit reference to O goes and o_proj's FP8
+  // copy stays: 2 B x a d = 2 x 2048 bytes per token and layer less (h 2048 = a d).
+  nlohmann::json j = llama("optim");
+  const double none16 = simulate(load_scenario(j, "t.json", "")).result.stages[0].memory.activations_bytes;
+  j["parallelism"]["recompute_granularity"] = "selective";
+  j["parallelism"]["recompute_modules"] = nlohmann::json::array({"core_attn"});
+  const double ca16 = simulate(load_scenario(j, "t.json", "")).result.stages[0].memory.activations_bytes;
+  CHECK(ca16 == Approx(none16).epsilon(1e-12));
+  j["training"]["precision"] = "fp8";
+  const double ca8 = simulate(load_scenario(j, "t.json", "")).result.stages[0].memory.activations_bytes;
+  j["parallelism"].erase("recompute_granularity");
+  j["parallelism"].erase("recompute_modules");
+  const double none8 = simulate(load_scenario(j, "t.json", "")).result.stages[0].memory.activations_bytes;
+  CHECK(none8 - ca8 == Approx(8 * 2048 * 2.0 * 2048).epsilon(1e-9));
+}
+
 TEST_CASE("memory: operator-level checkpointing and the loss implementation", "[memory]") {
   nlohmann::json j = llama("optim");
   const Simulation none = simulate(load_scenario(j, "t.json", ""));

@@ -184,8 +184,11 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
                              : "Q, K (d_qk each) and V (d_v) of the local heads, 2 B x a(2 d_qk + d_v) (Korthikanti "
                                "et al. 2022: QK^T inputs 4sbh, V 2sbh), plus 4 B x a statistics; the s^2 scores are "
                                "a term of their own"));
+    // Recomputing core attention re-runs the kernel from the Q, K, V it keeps; its output O
+    // stays, held by the output projection for its weight gradient (Megatron-core's
+    // _checkpointed_attention_forward checkpoints the kernel only).
     Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * m.v_head_dim, h), heads * m.v_head_dim * B,
-                  SavedLayout::Split, recompute::kCoreAttn,
+                  SavedLayout::Split, 0,
                   "attention output O, input of the output projection: 2 B x a d_v (Korthikanti et al. 2022, "
                   "Table 2: 2sbh); flash attention's backward reads the same tensor");
     o.saved_input_shared = true;
@@ -221,7 +224,7 @@ void attention_block(const ModelSpec& m, std::vector<Op>& ops, const std::string
                              : "Q, K, V, 2 B x (a + 2 kv) d (Korthikanti et al. 2022: QK^T inputs 4sbh, V 2sbh with "
                                "MHA), plus 4 B x a statistics; the s^2 scores are a term of their own"));
     Op o = saving(gemm(p + "o_proj", Region::Tensor, Split::Row, heads * d, h), heads * d * B, SavedLayout::Split,
-                  recompute::kCoreAttn,
+                  0,  // O stays when core attention is recomputed (as above)
                   "attention output O, input of the output projection: 2 B x a d = 2sbh (Korthikanti et al. 2022, "
                   "Table 2); flash attention's backward reads the same tensor");
     o.saved_input_shared = true;
@@ -241,11 +244,15 @@ void dense_mlp(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, d
   ops.push_back(rerun(comm(p + "mlp_gather", Comm::TpGather, h * B), tag));
   const bool gated = m.mlp == MlpKind::SwiGLU;
   const double up = gated ? 2 * f : f;
-  ops.push_back(rerun(saving(gemm(p + "mlp_up", Region::Tensor, Split::Column, h, up), h * B, SavedLayout::Sequence,
-                             recompute::kNorm | tag,
-                             "input of the up GEMM, the norm output: 2sbh (Korthikanti et al. 2022, Table 2); the "
-                             "sequence shard with SP"),
-                      tag));
+  Op up_gemm = saving(gemm(p + "mlp_up", Region::Tensor, Split::Column, h, up), h * B, SavedLayout::Sequence,
+                      recompute::kNorm | tag,
+                      with_norm ? "input of the up GEMM, the norm output: 2sbh (Korthikanti et al. 2022, Table 2); the "
+                                  "sequence shard with SP"
+                                : "input of the up GEMM: the moe_norm output the router keeps (counted there), so only "
+                                  "its FP8 copy in FP8 recipes");
+  // Without a norm of its own (the shared experts) the input is the router's.
+  up_gemm.saved_input_elsewhere = !with_norm;
+  ops.push_back(rerun(up_gemm, tag));
   Op act = vec(p + "mlp_act", Region::Tensor, (up + f) * B);
   act.split = Split::Column;
   act.rerun_tag = recompute::kActivation | tag;

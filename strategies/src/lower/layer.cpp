@@ -116,14 +116,18 @@ double LayerBuilder::saved_tokens(const Op& op) const {
   return tok_.Tc;
 }
 
-double LayerBuilder::saved_precision_factor(const Op& op) const {
+double LayerBuilder::saved_precision_factor(const Op& op, std::uint32_t modules) const {
   // FP8 recipes (Transformer Engine's Linear / LayerNormLinear / GroupedLinear; the router and
   // the output layer are not TE layers and stay in 16 bits): a GEMM keeps the
   // FP8 cast of its input for the weight gradient, 1 byte per element instead of 2. Where the
   // 16-bit input is kept anyway by the operator before it (the attention output, which flash
-  // attention keeps), the FP8 copy comes on top.
-  if (ctx_.precision != models::Precision::FP8 || op.kind != OpKind::Gemm || op.not_fp8) return 1.0;
-  return op.saved_input_shared ? 1.5 : 0.5;
+  // attention keeps), the FP8 copy comes on top — unless core attention is recomputed, which
+  // drops flash's reference. An input another operator keeps and counts adds only the copy.
+  const bool fp8 = ctx_.precision == models::Precision::FP8 && op.kind == OpKind::Gemm && !op.not_fp8;
+  if (op.saved_input_elsewhere) return fp8 ? 0.5 : 0.0;
+  if (!fp8) return 1.0;
+  if (op.saved_input_shared) return (modules & models::recompute::kCoreAttn) != 0 ? 0.5 : 1.5;
+  return 0.5;
 }
 
 Step LayerBuilder::compute(sim::Category cat, Seconds t, double flops, const std::string& label) {
@@ -532,7 +536,7 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
     }
   };
   for (const Op& op : prog.ops) {
-    const double factor = saved_precision_factor(op);
+    const double factor = saved_precision_factor(op, decoder ? modules : 0u);
     const double bytes = op.saved_bytes * saved_tokens(op) * factor;
     ip.act_bytes_full += bytes;
     const bool dropped = decoder && (full_recompute || (op.saved_tag & modules) != 0);

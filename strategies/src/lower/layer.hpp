@@ -93,7 +93,7 @@ class LayerBuilder {
   [[nodiscard]] double vector_bytes(const models::Op& op) const;
   [[nodiscard]] double saved_tokens(const models::Op& op) const;
   /// Saved bytes of an operator relative to its 16-bit accounting (FP8 GEMM inputs).
-  [[nodiscard]] double saved_precision_factor(const models::Op& op) const;
+  [[nodiscard]] double saved_precision_factor(const models::Op& op, std::uint32_t modules) const;
   Step compute(sim::Category cat, Seconds t, double flops, const std::string& label);
   Step collective(GroupKind g, topologies::Collective kind, double bytes, sim::Category cat, Stream stream,
                   const std::string& label, int count, double dedup = 1.0) {

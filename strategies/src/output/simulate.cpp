@@ -667,7 +667,8 @@ std::string format_memory_detail(const MemoryDetail& d, double capacity_bytes) {
     if (it.terms.empty()) o += "      (keeps nothing for backward)\n";
     for (const MemoryTerm& t : it.terms) {
       std::string note = t.note;
-      if (t.precision_factor != 1.0) note += fmt::format(" [x{:g}: FP8 recipe]", t.precision_factor);
+      if (t.precision_factor == 0.0) note += " [x0: counted with the operator that keeps it]";
+      else if (t.precision_factor != 1.0) note += fmt::format(" [x{:g}: FP8 recipe]", t.precision_factor);
       o += fmt::format("      {:<32} {:>11} {:>11}  {:<34} {}\n", t.op, bytes_text(t.full_bytes),
                        bytes_text(t.kept_bytes), *t.dropped_by ? t.dropped_by : "-", note);
     }

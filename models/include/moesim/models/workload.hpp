@@ -106,6 +106,10 @@ struct Op {
   /// attention output, which flash attention keeps for its backward). In FP8 recipes the GEMM
   /// keeps its own FP8 copy besides.
   bool saved_input_shared = false;
+  /// The GEMM's 16-bit input is the same tensor another operator keeps and counts (a shared
+  /// expert's up projection: the moe_norm output the router keeps): it adds nothing in 16 bits,
+  /// only its own FP8 copy in FP8 recipes.
+  bool saved_input_elsewhere = false;
   /// Working buffers per token beyond the saved bytes, where the operator's implementation fixes
   /// them (the loss); 0: the lowering's generic rule (twice the output).
   double transient_bytes_per_token = 0;
