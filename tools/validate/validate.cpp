@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -595,17 +596,21 @@ std::optional<double> measured_peak_gib(const json& c, const std::string& at, Di
 /// The pipeline stage whose rank logged the measured peak: measured.peak_memory_stage "worst"
 /// (the default: the maximum over ranks, or unknown), "first", "last" or a stage index. Runs
 /// often log memory from one rank only (Megatron-LM's last rank, torchtitan's rank 0), and
-/// pipeline stages differ by tens of percent. -1 = worst, -2 = last.
+/// pipeline stages differ by tens of percent.
+constexpr int kWorstStage = -1;
+constexpr int kLastStage = -2;
 int measured_stage(const json& c, const std::string& at, Diagnostics& diag) {
-  if (!c.contains("measured") || !c["measured"].is_object() || !c["measured"].contains("peak_memory_stage")) return -1;
+  if (!c.contains("measured") || !c["measured"].is_object() || !c["measured"].contains("peak_memory_stage"))
+    return kWorstStage;
   const json& v = c["measured"]["peak_memory_stage"];
-  if (v.is_string() && v == "worst") return -1;
+  if (v.is_string() && v == "worst") return kWorstStage;
   if (v.is_string() && v == "first") return 0;
-  if (v.is_string() && v == "last") return -2;
-  if (v.is_number_integer() && v.get<long long>() >= 0 && v.get<long long>() < 1'000'000) return static_cast<int>(v.get<long long>());
+  if (v.is_string() && v == "last") return kLastStage;
+  if (v.is_number_integer() && v.get<long long>() >= 0 && v.get<long long>() <= std::numeric_limits<int>::max())
+    return static_cast<int>(v.get<long long>());
   diag.error(at + "/measured/peak_memory_stage", json_brief(v),
              "must be \"worst\", \"first\", \"last\" or a pipeline stage index (the rank that logged the peak)");
-  return -1;
+  return kWorstStage;
 }
 
 /// "80" for 80.0 GiB, "167.6" otherwise: device capacities are mostly whole GiB.
@@ -694,20 +699,20 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       o.feasible = sim.result.feasible;
       o.mfu = sim.result.mfu;
       o.bubble_fraction = sim.result.breakdown.bubble_s / sim.result.step_time_s;
-      // Memory of the worst stage (the first with the largest total, as the result's peak).
+      // Memory: the peak is the worst stage's (the first with the largest total); the measured
+      // peak is compared with the stage that logged it (the worst unless the case names one).
       // PyTorch's allocator statistics (what runs log) do not see the CUDA context, NCCL's
-      // buffers or fragmentation, which moesim's runtime reserve stands for: the measured peak
-      // is compared with the stage's total without that reserve.
+      // buffers or fragmentation, which moesim's runtime reserve stands for: the comparison is
+      // with the stage's total without that reserve.
       const strategies::StageResult* worst = nullptr;
       for (const auto& st : sim.result.stages)
         if (worst == nullptr || st.memory.total() > worst->memory.total()) worst = &st;
       o.predicted_peak_gib = sim.result.peak_memory_bytes / kGiB;
       o.capacity_gib = sim.result.capacity_bytes / kGiB;
-      // The stage the measurement comes from, when the case names it.
       const strategies::StageResult* measured_at = worst;
-      if (stage_of_peak != -1 && !sim.result.stages.empty()) {
+      if (stage_of_peak != kWorstStage && !sim.result.stages.empty()) {
         const int n = static_cast<int>(sim.result.stages.size());
-        const int idx = stage_of_peak == -2 ? n - 1 : std::min(stage_of_peak, n - 1);
+        const int idx = stage_of_peak == kLastStage ? n - 1 : std::min(stage_of_peak, n - 1);
         measured_at = &sim.result.stages[static_cast<std::size_t>(idx)];
         if (stage_of_peak >= n)
           o.assumptions.push_back(fmt::format("measured stage {} beyond the plan's {} stages: the last", stage_of_peak, n));

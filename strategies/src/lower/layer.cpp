@@ -1,7 +1,7 @@
-#include <array>
 #include "layer.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "moesim/strategies/lower/lower.hpp"
 
