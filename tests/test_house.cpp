@@ -175,7 +175,7 @@ TEST_CASE("collective models: one interface, the flow model only changes all-to-
   const topologies::GroupShape shape = topologies::analyze_group(topo, devs);
   std::vector<int> nodes;
   for (int d : devs) nodes.push_back(topo.node_of(d));
-  const topologies::GroupPlacement g{&shape, devs, nodes, 1};
+  const topologies::GroupPlacement g{&shape, devs, nodes, {}};
   auto analytical = topologies::make_collective_model(topologies::NetworkKind::Analytical, topo);
   auto flow = topologies::make_collective_model(topologies::NetworkKind::Flow, topo);
   CHECK(std::string(analytical->name()) == "analytical");

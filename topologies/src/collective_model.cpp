@@ -19,13 +19,13 @@ CollectiveCost FlowCollectiveModel::collective(Collective kind, double bytes, co
   const std::tuple<int, double, double, int> key{g.devices.front(), bytes, dedup, static_cast<int>(algo)};
   auto it = uniform_.find(key);
   if (it != uniform_.end()) return it->second;
-  const CollectiveCost c = flows_.alltoall(bytes, g.devices, *g.shape, algo, dedup, g.concurrent);
+  const CollectiveCost c = flows_.alltoall(bytes, g.devices, *g.shape, algo, dedup, g.others);
   return uniform_.emplace(key, c).first->second;
 }
 
 CollectiveCost FlowCollectiveModel::alltoallv(const std::vector<std::vector<double>>& bytes, const GroupPlacement& g,
                                               Algorithm algo, double dedup) {
-  return flows_.alltoallv(bytes, g.devices, *g.shape, algo, dedup, g.concurrent);
+  return flows_.alltoallv(bytes, g.devices, *g.shape, algo, dedup, g.others);
 }
 
 std::unique_ptr<CollectiveModel> make_collective_model(NetworkKind kind, const Topology& topo) {

@@ -11,6 +11,29 @@ const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int ds
   const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
   auto it = paths_.find(key);
   if (it != paths_.end()) return it->second;
+  // Equivalent endpoints (same local indices, both servers full, same relation: one server,
+  // one leaf group or two, and their order) have the same route shifted by their servers; the
+  // first pair of a class is searched in the graph, the others are shifted copies.
+  const int a = topo_.node_of(src), b = topo_.node_of(dst);
+  const bool classify = topo_.shiftable() && src != dst && a < topo_.full_nodes() && b < topo_.full_nodes();
+  std::uint64_t cls = 0;
+  if (classify) {
+    const int rel = a == b ? 0 : (topo_.leaf_group(a) == topo_.leaf_group(b) ? 1 : 3) + (a < b ? 0 : 1);
+    cls = (static_cast<std::uint64_t>(topo_.local_index(src)) << 40) |
+          (static_cast<std::uint64_t>(topo_.local_index(dst)) << 8) | static_cast<std::uint64_t>(rel);
+    auto c = classes_.find(cls);
+    if (c != classes_.end()) {
+      const auto& [ca, cb, proto] = c->second;
+      std::vector<Path> out = proto;
+      for (Path& p : out)
+        for (std::uint64_t& l : p.links) {
+          const auto from = topo_.shift(static_cast<Vertex>(l >> 32), ca, a, cb, b);
+          const auto to = topo_.shift(static_cast<Vertex>(l & 0xffffffffULL), ca, a, cb, b);
+          l = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
+        }
+      return paths_.emplace(key, std::move(out)).first->second;
+    }
+  }
   std::vector<Path> out;
   for (int k = 0; k < topo_.num_paths(); ++k) {
     const Route r = topo_.route(src, dst, k);
@@ -19,19 +42,22 @@ const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int ds
     for (const auto& h : r.hops) {
       p.links.push_back((static_cast<std::uint64_t>(h.from) << 32) | static_cast<std::uint64_t>(h.to));
       p.bandwidth.push_back(h.link.bytes_per_s);
-      p.fabric.push_back(h.link.kind == LinkKind::Fabric ? 1 : 0);
     }
     out.push_back(std::move(p));
   }
+  if (classify) classes_.emplace(cls, std::tuple{a, b, out});
   return paths_.emplace(key, std::move(out)).first->second;
 }
 
 namespace {
 
-/// Flows of one phase on links numbered locally (only the links the phase uses).
+/// Flows of one phase on links numbered locally (only the links the phase uses). The other
+/// groups running the same collective at the same time add their bytes to the links they
+/// really use (`background`); a link's capacity is then shared in proportion to the bytes on
+/// it, so the simulated group drains its part of a shared link in the time the link needs for
+/// everyone's bytes, and a link no other group touches keeps its whole capacity.
 class Phase {
  public:
-  explicit Phase(int concurrent) : concurrent_(std::max(1, concurrent)) {}
   template <class PathT>
   void add(const std::vector<PathT>& paths, double bytes, Tick release, int dst_group) {
     if (bytes <= 0) return;
@@ -40,15 +66,39 @@ class Phase {
       local_.clear();
       for (std::size_t i = 0; i < p.links.size(); ++i) {
         auto [it, fresh] = index_.try_emplace(p.links[i], static_cast<std::uint32_t>(capacity_.size()));
-        if (fresh) capacity_.push_back(p.fabric[i] ? p.bandwidth[i] / concurrent_ : p.bandwidth[i]);
+        if (fresh) {
+          capacity_.push_back(p.bandwidth[i]);
+          own_.push_back(0);
+          other_.push_back(0);
+        }
+        own_[it->second] += share;
         local_.push_back(it->second);
       }
       flows_.push_back({share, release, local_, p.latency, dst_group});
     }
   }
+  /// Bytes of another group on the links of `paths` (no flow is simulated for them); only the
+  /// links the simulated group uses matter, so add() all its flows first.
+  template <class PathT>
+  void background(const std::vector<PathT>& paths, double bytes) {
+    if (bytes <= 0) return;
+    const double share = bytes / static_cast<double>(paths.size());
+    for (const PathT& p : paths)
+      for (std::uint64_t l : p.links) {
+        auto it = index_.find(l);  // the simulated group's flows are all added first
+        if (it != index_.end()) other_[it->second] += share;
+      }
+  }
   /// Runs the flows; returns per destination group the last arrival (flow end + path latency).
-  std::map<int, Tick> run(std::uint64_t& flows, std::uint64_t& recomputations, double& bytes) const {
-    sim::FlowNetwork net(capacity_);
+  std::map<int, Tick> run(std::uint64_t& flows, std::uint64_t& recomputations, double& bytes,
+                          std::uint64_t& shared_links) const {
+    std::vector<double> cap = capacity_;
+    for (std::size_t i = 0; i < cap.size(); ++i)
+      if (other_[i] > 0) {
+        cap[i] *= own_[i] / (own_[i] + other_[i]);
+        ++shared_links;
+      }
+    sim::FlowNetwork net(cap);
     for (const auto& f : flows_) net.add(f.bytes, f.links, f.release);
     const sim::FlowRun r = net.run();
     flows += flows_.size();
@@ -71,42 +121,61 @@ class Phase {
     double latency;
     int dst_group;
   };
-  int concurrent_;
   std::unordered_map<std::uint64_t, std::uint32_t> index_;
-  std::vector<double> capacity_;
+  std::vector<double> capacity_, own_;
+  std::vector<double> other_;  ///< other groups' bytes on each local link
   std::vector<std::uint32_t> local_;
   std::vector<F> flows_;
+};
+
+/// One group's members by server: server of each member, its slot in the server, and the
+/// members of every server in order.
+struct Servers {
+  std::vector<int> node, slot;
+  std::map<int, std::vector<std::size_t>> members;
+  Servers(const Topology& topo, std::span<const int> devices) : node(devices.size()), slot(devices.size()) {
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      node[i] = topo.node_of(devices[i]);
+      auto& m = members[node[i]];
+      slot[i] = static_cast<int>(m.size());
+      m.push_back(i);
+    }
+  }
 };
 
 }  // namespace
 
 CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>& bytes, std::span<const int> devices,
-                                          const GroupShape& g, Algorithm algo, double dedup, int concurrent) {
+                                          const GroupShape& g, Algorithm algo, double dedup,
+                                          std::span<const int> others) {
   CollectiveCost c;
   const std::size_t p = devices.size();
   if (p <= 1) return c;
-  std::vector<int> node(p), slot(p);
-  std::map<int, std::vector<std::size_t>> members;  // server -> members in order
-  for (std::size_t i = 0; i < p; ++i) {
-    node[i] = topo_.node_of(devices[i]);
-    auto& m = members[node[i]];
-    slot[i] = static_cast<int>(m.size());
-    m.push_back(i);
-  }
+  // The groups that run the same collective at the same time: `others` holds them one after
+  // another, each in the member order of `devices`, with the same volumes.
+  std::vector<std::span<const int>> groups{devices};
+  for (std::size_t o = 0; o + p <= others.size(); o += p) groups.push_back(others.subspan(o, p));
   const int k = g.per_node, m = g.nodes;
   std::vector<double> out_inter(p, 0), out_intra(p, 0);
   const bool gather = algo == Algorithm::AllGatherAllToAll;
   const bool hier = (algo == Algorithm::HierarchicalAllToAll || gather) && m > 1 && k > 1;
   Tick end = 0;
   if (!hier) {
-    Phase ph(concurrent);
-    for (std::size_t i = 0; i < p; ++i)
-      for (std::size_t j = 0; j < p; ++j) {
-        if (i == j || bytes[i][j] <= 0) continue;
-        ph.add(paths(devices[i], devices[j]), bytes[i][j], 0, 0);
-        (node[i] == node[j] ? out_intra : out_inter)[i] += bytes[i][j];
-      }
-    for (const auto& [grp, t] : ph.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
+    Phase ph;
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const auto devs = groups[gi];
+      for (std::size_t i = 0; i < p; ++i)
+        for (std::size_t j = 0; j < p; ++j) {
+          if (i == j || bytes[i][j] <= 0) continue;
+          if (gi > 0) {
+            ph.background(paths(devs[i], devs[j]), bytes[i][j]);
+            continue;
+          }
+          ph.add(paths(devs[i], devs[j]), bytes[i][j], 0, 0);
+          (topo_.node_of(devs[i]) == topo_.node_of(devs[j]) ? out_intra : out_inter)[i] += bytes[i][j];
+        }
+    }
+    for (const auto& [grp, t] : ph.run(flows_, recomputations_, bytes_, shared_links_)) end = std::max(end, t);
     end =
         add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency_s + (static_cast<int>(p) - k) * g.inter_latency_s}));
     c.algorithm = Algorithm::Pairwise;
@@ -114,39 +183,56 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
     // Phase 1: member i sends its server-aggregate for server n to its rail peer there.
     // (All-gather variant: every token once to each other server, dedup = 1/top_k of the
     // member's bytes, whatever the routing.)
-    Phase one(concurrent);
-    for (std::size_t i = 0; i < p; ++i)
-      for (const auto& [n, mem] : members) {
-        if (n == node[i]) continue;
-        double agg = 0;
-        if (gather)
-          for (std::size_t j = 0; j < p; ++j) agg += bytes[i][j];
-        else
-          for (std::size_t j : mem) agg += bytes[i][j];
-        const std::size_t peer = mem[static_cast<std::size_t>(slot[i]) % mem.size()];
-        one.add(paths(devices[i], devices[peer]), agg * dedup, 0, n);
-        out_inter[i] += agg * dedup;
-      }
-    const auto arrived = one.run(flows_, recomputations_, bytes_);
+    Phase one, two;
+    std::vector<Servers> srv;
+    for (const auto devs : groups) srv.emplace_back(topo_, devs);
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const auto devs = groups[gi];
+      const Servers& s = srv[gi];
+      for (std::size_t i = 0; i < p; ++i)
+        for (const auto& [n, mem] : s.members) {
+          if (n == s.node[i]) continue;
+          double agg = 0;
+          if (gather)
+            for (std::size_t j = 0; j < p; ++j) agg += bytes[i][j];
+          else
+            for (std::size_t j : mem) agg += bytes[i][j];
+          const std::size_t peer = mem[static_cast<std::size_t>(s.slot[i]) % mem.size()];
+          if (gi > 0) {
+            one.background(paths(devs[i], devs[peer]), agg * dedup);
+            continue;
+          }
+          one.add(paths(devs[i], devs[peer]), agg * dedup, 0, n);
+          out_inter[i] += agg * dedup;
+        }
+    }
+    const auto arrived = one.run(flows_, recomputations_, bytes_, shared_links_);
     const Tick alpha1 = to_ticks(Seconds{(m - 1) * g.inter_latency_s});
     // Phase 2: inside each server, member r forwards to j what it holds for j: its own data and
     // what its rail peers in other servers sent it.
-    Phase two(1);
-    for (const auto& [n, mem] : members) {
-      auto a = arrived.find(n);
-      const Tick release = add_ticks(a == arrived.end() ? 0 : a->second, alpha1);
-      for (std::size_t r : mem)
-        for (std::size_t j : mem) {
-          if (r == j) continue;
-          double b = bytes[r][j];
-          for (std::size_t i = 0; i < p; ++i)
-            if (node[i] != n && slot[i] == slot[r]) b += bytes[i][j];
-          two.add(paths(devices[r], devices[j]), b, release, n);
-          out_intra[r] += b;
-        }
-      end = std::max(end, release);
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const auto devs = groups[gi];
+      const Servers& s = srv[gi];
+      for (const auto& [n, mem] : s.members) {
+        auto a = arrived.find(n);
+        const Tick release = add_ticks(a == arrived.end() ? 0 : a->second, alpha1);
+        for (std::size_t r : mem)
+          for (std::size_t j : mem) {
+            if (r == j) continue;
+            double b = bytes[r][j];
+            for (std::size_t i = 0; i < p; ++i)
+              if (s.node[i] != n && s.slot[i] == s.slot[r]) b += bytes[i][j];
+            if (gi > 0) {
+              two.background(paths(devs[r], devs[j]), b);
+              continue;
+            }
+            two.add(paths(devs[r], devs[j]), b, release, n);
+            out_intra[r] += b;
+          }
+        if (gi == 0) end = std::max(end, release);
+      }
     }
-    for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_)) end = std::max(end, t);
+    for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_, shared_links_)) end = std::max(end, t);
     end = add_ticks(end, to_ticks(Seconds{(k - 1) * g.intra_latency_s}));
     c.algorithm = algo;
   }
@@ -157,10 +243,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
 }
 
 CollectiveCost FlowCollectives::alltoall(double bytes, std::span<const int> devices, const GroupShape& g,
-                                         Algorithm algo, double dedup, int concurrent) {
+                                         Algorithm algo, double dedup, std::span<const int> others) {
   const std::size_t p = devices.size();
   const std::vector<std::vector<double>> m(p, std::vector<double>(p, bytes / static_cast<double>(p)));
-  return alltoallv(m, devices, g, algo, dedup, concurrent);
+  return alltoallv(m, devices, g, algo, dedup, others);
 }
 
 }  // namespace moesim::topologies

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <deque>
 #include <limits>
 
 #include "moesim/models/presets.hpp"
@@ -236,6 +235,23 @@ Topology::Topology(ClusterSpec spec, Graph g) : spec_(std::move(spec)), g_(std::
   }
 }
 
+Vertex Topology::shift(Vertex v, int from_a, int to_a, int from_b, int to_b) const {
+  const VertexProps& p = g_[v];
+  if (p.kind == VertexKind::Switch && p.node < 0) {
+    if (p.index < 0) return v;  // the spine
+    const int lpg = spec_.fabric == FabricKind::RailOptimized ? spec_.nics_per_node : 1;
+    const int group = p.index / lpg;
+    const long long delta = group == leaf_group(from_a) ? leaf_group(to_a) - leaf_group(from_a)
+                                                       : leaf_group(to_b) - leaf_group(from_b);
+    return static_cast<Vertex>(static_cast<long long>(v) + delta * lpg);
+  }
+  const long long delta = p.node == from_a ? to_a - from_a : to_b - from_b;
+  const long long stride = p.kind == VertexKind::Device ? spec_.devices_per_node
+                           : p.kind == VertexKind::Nic  ? spec_.nics_per_node
+                                                        : 1;  // one scale-up switch per server
+  return static_cast<Vertex>(static_cast<long long>(v) + delta * stride);
+}
+
 int Topology::num_paths() const {
   return spec_.scale_up == ScaleUpKind::Clos ? spec_.clos.l1_per_server : 1;
 }
@@ -311,19 +327,42 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
   // Breadth-first search with early exit; out-edges are visited in insertion order, so the
   // chosen path among equal-length ones is deterministic. With plane >= 0, only the Clos
   // switches of that plane are used.
+  // Scratch arrays reused across calls (per thread), marked by a generation number instead of
+  // being cleared: a search touches a few hundred vertices of a graph of tens of thousands.
+  struct Scratch {
+    std::vector<Vertex> parent;
+    std::vector<Graph::edge_descriptor> via;
+    std::vector<std::uint32_t> seen;
+    std::vector<Vertex> queue;
+    std::uint32_t generation = 0;
+  };
+  thread_local Scratch sc;
   const std::size_t nv = boost::num_vertices(g_);
-  std::vector<Vertex> parent(nv, std::numeric_limits<Vertex>::max());
-  std::vector<Graph::edge_descriptor> via(nv);
-  std::deque<Vertex> queue;
+  if (sc.seen.size() < nv) {
+    sc.parent.resize(nv);
+    sc.via.resize(nv);
+    sc.seen.assign(nv, 0);
+    sc.generation = 0;
+  }
+  if (++sc.generation == 0) {  // wrapped: forget every mark
+    std::fill(sc.seen.begin(), sc.seen.end(), 0);
+    sc.generation = 1;
+  }
+  const std::uint32_t gen = sc.generation;
+  auto& parent = sc.parent;
+  auto& via = sc.via;
+  auto& queue = sc.queue;
+  queue.clear();
+  std::size_t head = 0;
   parent[src] = static_cast<Vertex>(src);
+  sc.seen[src] = gen;
   queue.push_back(static_cast<Vertex>(src));
   bool found = false;
-  while (!queue.empty() && !found) {
-    const Vertex u = queue.front();
-    queue.pop_front();
+  while (head < queue.size() && !found) {
+    const Vertex u = queue[head++];
     for (auto [e, end] = boost::out_edges(u, g_); e != end; ++e) {
       const Vertex v = boost::target(*e, g_);
-      if (parent[v] != std::numeric_limits<Vertex>::max()) continue;
+      if (sc.seen[v] == gen) continue;
       if (plane >= 0 && g_[v].plane >= 0 && g_[v].plane != plane) continue;
       // Devices forward only as a first scale-up hop towards a NIC of their own server
       // (PXN-style rail alignment): enter an intermediate device only from the source or a
@@ -333,6 +372,7 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
         continue;
       const bool u_intermediate_device = g_[u].kind == VertexKind::Device && static_cast<int>(u) != src;
       if (u_intermediate_device && g_[v].kind != VertexKind::Nic) continue;
+      sc.seen[v] = gen;
       parent[v] = u;
       via[v] = *e;
       if (static_cast<int>(v) == dst) {

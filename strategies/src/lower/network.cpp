@@ -63,7 +63,8 @@ Step StageNetwork::step(GroupKind g, Collective kind, double bytes, sim::Categor
     if (algo == Algorithm::AllGatherAllToAll) dedup = 1.0 / std::max(1, top_k_);
   }
   const auto& devs = devices_[static_cast<int>(g)];
-  GroupPlacement where{&sh, devs, {}, std::max(1, lay_.block / sh.size)};
+  GroupPlacement where{&sh, devs, {}, {}};
+  if (kind == Collective::AllToAll && model_.needs_devices()) where.others = others(g, 0);
   const CollectiveCost c = model_.collective(kind, bytes, where, algo, dedup);
   st.duration = to_ticks(c.time);
   note(g, kind, c, bytes, sh.size, count);
@@ -77,8 +78,26 @@ topologies::CollectiveCost StageNetwork::ep_alltoallv(const std::vector<std::vec
   std::vector<int> devs, node;
   for (int l : lay_.members(GroupKind::Ep, group * lay_.etp * lay_.ep)) devs.push_back(stage_ * lay_.block + l);
   for (int l : lay_.members(GroupKind::Ep, 0)) node.push_back(l / topo_.spec().devices_per_node);
-  const GroupPlacement where{&shape(GroupKind::Ep), devs, node, std::max(1, lay_.block / lay_.ep)};
+  const GroupPlacement where{&shape(GroupKind::Ep), devs, node, others(GroupKind::Ep, group * lay_.etp * lay_.ep)};
   return model_.alltoallv(bytes, where, algo, dedup);
+}
+
+const std::vector<int>& StageNetwork::others(GroupKind g, int local) {
+  const int gi = static_cast<int>(g);
+  const int own = lay_.group_index(g, local);
+  auto& out = others_[gi];
+  if (others_key_[gi] == std::pair{stage_ + 1, own}) return out;  // stage_ + 1: the zero key is "none yet"
+  others_key_[gi] = {stage_ + 1, own};
+  out.clear();
+  std::vector<char> seen(static_cast<std::size_t>(lay_.block), 0);
+  for (int l = 0; l < lay_.block; ++l) {
+    if (seen[static_cast<std::size_t>(l)]) continue;
+    const auto m = lay_.members(g, l);
+    for (int x : m) seen[static_cast<std::size_t>(x)] = 1;
+    if (*std::min_element(m.begin(), m.end()) == own) continue;
+    for (int x : m) out.push_back(stage_ * lay_.block + x);
+  }
+  return out;
 }
 
 void StageNetwork::note(GroupKind g, Collective kind, const CollectiveCost& c, double bytes, int size, int count) {

@@ -51,6 +51,9 @@ class StageNetwork {
  private:
   void note(GroupKind g, topologies::Collective kind, const topologies::CollectiveCost& c, double bytes, int size,
             int count);
+  /// The current stage's groups of kind `g` other than the one holding `local`, member by
+  /// member (the flow model puts their bytes on the links they use).
+  const std::vector<int>& others(GroupKind g, int local);
   const topologies::Topology& topo_;
   Layout lay_;
   topologies::CollectiveModel& model_;
@@ -60,6 +63,8 @@ class StageNetwork {
   int stage_ = 0;
   std::array<topologies::GroupShape, kNumGroupKinds> shape_{};
   std::array<std::vector<int>, kNumGroupKinds> devices_;  ///< current stage, the group of local 0
+  std::array<std::pair<int, int>, kNumGroupKinds> others_key_{};  ///< (stage, group) of others_[g]
+  std::array<std::vector<int>, kNumGroupKinds> others_;
   std::map<std::string, std::size_t> index_;
   std::vector<CollectiveUse> uses_;
 };

@@ -216,7 +216,7 @@ double Screen::dp_exposed(const StageSums& ss) const {
     const double bytes = params * bytes_per_param;
     if (sh.size <= 1 || bytes <= 0) return 0.0;
     const double buckets = std::max(1.0, std::ceil(params / kGradientBucketParams));
-    const topologies::GroupPlacement where{&sh, {}, {}, 1};
+    const topologies::GroupPlacement where{&sh, {}, {}, {}};
     return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
   };
   const Collective red = p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce;

@@ -2,7 +2,7 @@
 // Network models behind one interface: how long a collective on a group of devices takes.
 //
 //   auto net = make_collective_model(NetworkKind::Flow, topo);
-//   GroupPlacement g{&shape, devices, nodes, /*concurrent=*/8};
+//   GroupPlacement g{&shape, devices, nodes, others};  // others: the concurrent groups' devices
 //   CollectiveCost c = net->collective(Collective::AllToAll, bytes, g, Algorithm::Pairwise, 1.0);
 //
 // Two implementations:
@@ -32,7 +32,10 @@ struct GroupPlacement {
   const GroupShape* shape = nullptr;  ///< the group's summary (size, servers, links)
   std::span<const int> devices;       ///< member devices (global indices); may be empty for the analytical model
   std::span<const int> nodes;         ///< member servers, for per-pair volumes in the analytical model
-  int concurrent = 1;                 ///< identical groups running the same collective at the same time
+  /// Devices of the other groups that run the same collective at the same time (data-parallel
+  /// replicas in lockstep), group after group, each in the member order of `devices`; may be
+  /// empty (no contention from them).
+  std::span<const int> others;
 };
 
 class CollectiveModel {

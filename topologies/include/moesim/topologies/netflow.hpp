@@ -9,8 +9,10 @@
 // every link max-min fairly (sim::FlowNetwork), so incast at a hot receiver, a NIC shared by
 // a rail-aligned (PXN) hop and an oversubscribed spine all appear without a formula for each.
 // The same collective runs at the same time in the other groups of the stage (the data-
-// parallel replicas are in lockstep); their traffic is represented by dividing the capacity of
-// the spine links by `concurrent` instances, the others' own ports being their own.
+// parallel replicas are in lockstep). Their bytes are put on the links their own routes use
+// (`others`: their devices, member for member) and every link is shared in proportion to the
+// bytes on it: groups that do not share a link do not slow each other down (one server per
+// leaf on a non-blocking fabric costs nothing), groups that share a spine or a NIC do.
 //
 // Hierarchical all-to-all runs in two phases: rail peers exchange each server's aggregate
 // across servers (deduplicated copies), then every server redistributes inside; a server's
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -35,28 +38,32 @@ class FlowCollectives {
 
   /// bytes[i][j]: from devices[i] to devices[j].
   CollectiveCost alltoallv(const std::vector<std::vector<double>>& bytes, std::span<const int> devices,
-                           const GroupShape& shape, Algorithm algo, double dedup = 1.0, int concurrent = 1);
+                           const GroupShape& shape, Algorithm algo, double dedup = 1.0,
+                           std::span<const int> others = {});
 
   /// Equal volumes: every member holds `bytes` and sends bytes/p to each member.
   CollectiveCost alltoall(double bytes, std::span<const int> devices, const GroupShape& shape, Algorithm algo,
-                          double dedup = 1.0, int concurrent = 1);
+                          double dedup = 1.0, std::span<const int> others = {});
 
   [[nodiscard]] std::uint64_t flows() const { return flows_; }
   [[nodiscard]] std::uint64_t recomputations() const { return recomputations_; }
   /// Bytes put on the network by all collectives so far (each flow counted once, not per hop).
   [[nodiscard]] double bytes_injected() const { return bytes_; }
+  /// Links (per phase run) that carried other groups' bytes beside the simulated group's.
+  [[nodiscard]] std::uint64_t shared_links() const { return shared_links_; }
 
  private:
   struct Path {
     std::vector<std::uint64_t> links;  ///< topology links as (from vertex << 32 | to vertex)
     std::vector<double> bandwidth;     ///< per link, bytes/s
-    std::vector<char> fabric;          ///< per link: a spine link shared with other groups
     double latency = 0;
   };
   const std::vector<Path>& paths(int src, int dst);
   const Topology& topo_;
   std::unordered_map<std::uint64_t, std::vector<Path>> paths_;
-  std::uint64_t flows_ = 0, recomputations_ = 0;
+  /// Route class (local indices, relation of the servers) -> (servers, paths) of its first pair.
+  std::unordered_map<std::uint64_t, std::tuple<int, int, std::vector<Path>>> classes_;
+  std::uint64_t flows_ = 0, recomputations_ = 0, shared_links_ = 0;
   double bytes_ = 0;
 };
 

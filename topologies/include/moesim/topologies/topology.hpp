@@ -139,6 +139,19 @@ class Topology {
   /// (one plane). Pairs in different scale-up domains go over the NICs (die, NIC, leaf, [spine,
   /// leaf,] NIC, die) and do not depend on `path` unless the route also uses scale-up hops.
   [[nodiscard]] Route route(int src_device, int dst_device, int path) const;
+  /// Routes between equivalent endpoints are equal up to a shift of the servers: for a
+  /// topology without a Clos scale-up, the vertex `v` of a route between servers `from_a` and
+  /// `from_b` maps to its counterpart on a route between `to_a` and `to_b` (devices, NICs and
+  /// server switches move with their server, leaf switches with their server's leaf group, the
+  /// spine stays). Only valid when all four servers are full and the route classes agree
+  /// (same local indices, same server / same leaf group / order); see FlowCollectives::paths.
+  [[nodiscard]] Vertex shift(Vertex v, int from_a, int to_a, int from_b, int to_b) const;
+  /// Whether routes may be shifted at all (no Clos scale-up).
+  [[nodiscard]] bool shiftable() const { return spec_.scale_up != ScaleUpKind::Clos; }
+  /// Servers holding spec().devices_per_node devices (the last one may hold fewer).
+  [[nodiscard]] int full_nodes() const { return spec_.devices / spec_.devices_per_node; }
+  /// Index of the leaf switch group of `node`.
+  [[nodiscard]] int leaf_group(int node) const { return node / spec_.nodes_per_leaf; }
   /// Achievable bytes/s of every directed link, indexed by LinkProps::id.
   [[nodiscard]] const std::vector<double>& link_bandwidths() const { return link_bandwidths_; }
   [[nodiscard]] std::size_t num_links() const { return link_bandwidths_.size(); }
