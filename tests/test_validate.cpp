@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "moesim/strategies/output/simulate.hpp"
+#include "crossval.hpp"
 #include "validate.hpp"
 
 using namespace moesim;
@@ -300,6 +301,7 @@ TEST_CASE("validate: a case with only a measured peak runs for memory and stays 
 
 TEST_CASE("validate: a measured peak in another unit is an error naming the file, path and value", "[validate]") {
   json c = small_memory_case();
+  c["id"] = "mem_004";
   c["measured"] = {{"step_time_s", 1.0}, {"peak_memory", 20000}, {"unit", "MB"}};
   json ok = small_memory_case();
   const ValidationReport rep = validate(json{{"cases", json::array({ok, c})}}, "mem.json", fast());
@@ -329,4 +331,108 @@ TEST_CASE("validate: runs predicted not to fit are listed", "[validate]") {
   CHECK(rep.predicted_not_to_fit == std::vector<std::string>{"big_006"});
   CHECK(to_markdown(rep).find("predicted not to fit: 1 of 2 runs that ran (big_006)") != std::string::npos);
   CHECK(to_json(rep)["summary"]["predicted_not_to_fit"] == json::array({"big_006"}));
+}
+
+TEST_CASE("validate: several files at once; ids unique across them; any id's last digit gives the split",
+          "[validate]") {
+  json a = small_memory_case();
+  a["id"] = "run-2024-12-04-001";  // a long id of digits (used to overflow stoi)
+  json b = small_memory_case();
+  b["id"] = "run-2024-12-04-002";
+  b["source_group"] = "my_cluster_logs";
+  json dup = small_memory_case();
+  dup["id"] = "run-2024-12-04-001";
+  const ValidationReport rep =
+      validate(std::vector<CaseFile>{{"a.json", json::array({a})}, {"b.json", json{{"cases", json::array({b, dup})}}}},
+               fast());
+  REQUIRE(rep.cases.size() == 3);
+  CHECK(rep.file == "a.json, b.json");
+  CHECK(rep.cases[0].status == "ok");
+  CHECK(rep.cases[0].held_out);
+  CHECK(rep.cases[0].file == "a.json");
+  CHECK(rep.cases[0].source == "memory_test");  // no source_group: the category
+  CHECK_FALSE(rep.cases[1].held_out);
+  CHECK(rep.cases[1].source == "my_cluster_logs");
+  CHECK(rep.cases[2].status == "error");
+  CHECK(rep.cases[2].reason ==
+        "b.json:/cases/1/id: \"run-2024-12-04-001\" is already the id of an earlier case (ids must be unique across files)");
+  // A file that is not a list of cases is named, with the others.
+  CHECK_THROWS_WITH(validate(std::vector<CaseFile>{{"x.json", json(3)}, {"y.json", json("z")}}, fast()),
+                    Catch::Contains("x.json") && Catch::Contains("y.json") && Catch::Contains("must be a list of cases"));
+}
+
+TEST_CASE("cross-validation: a source is predicted with parameters fitted on the others only", "[validate][crossval]") {
+  // Three runs of one small A100 model. Sources A and B published the step time moesim gives at
+  // a GEMM efficiency of 0.80; source C published one 30% slower. Leaving A out, the fit on B
+  // and C lands between, and A's prediction error is what C's disagreement costs; leaving C out,
+  // the fit on A and B finds 0.80 again and C's own 30% shows in full (it cannot pull the fit
+  // towards itself).
+  json base = small_memory_case();
+  base["scenario"]["cluster"] = {{"preset", "dgx-a100"}, {"devices", 16}};
+  base["measured"] = json::object();
+  strategies::Scenario sc = strategies::load_scenario(base["scenario"], "t", "");
+  json dev = {{"preset", "a100-sxm-80gb"}, {"gemm_peak_efficiency", 0.8}};
+  json doc = base["scenario"];
+  doc["cluster"]["device"] = dev;
+  strategies::Scenario at80 = strategies::load_scenario(doc, "t", "");
+  strategies::set_fidelity(at80, strategies::Fidelity::Fast);
+  const double t80 = strategies::simulate(at80).result.step_time_s;
+  auto make = [&](const char* id, const char* src, double t) {
+    json c = base;
+    c["id"] = id;
+    c["source_group"] = src;
+    c["measured"] = {{"step_time_s", t}};
+    return c;
+  };
+  const json cases = json::array({make("a_002", "A", t80), make("b_004", "B", t80), make("c_006", "C", 1.3 * t80)});
+  const ValidationReport rep = validate(cases, "cv.json", fast());
+  CrossValidationOptions copt;
+  copt.threads = 2;
+  const CrossValidation cv = cross_validate(rep, fit_groups(), fast(), copt);
+  REQUIRE(cv.cases.size() == 3);
+  for (const auto& c : cv.cases) CHECK(c.group == "a100");
+  CHECK(cv.simulations == 3 * 9);  // a100: GEMM and HBM efficiency, 3 x 3 grid each
+  const auto& a = cv.cases[0];
+  const auto& c = cv.cases[2];
+  // Leaving C out: fitted on A and B (both at 0.80), C is predicted at t80: -23% (1/1.3 - 1).
+  CHECK(c.loso_error_pct == Approx(100.0 * (1 / 1.3 - 1)).margin(1.5));
+  // Leaving A out: B and C disagree; the mean absolute error is minimised anywhere between
+  // them, so A's error is between 0 and +30%.
+  CHECK(a.loso_error_pct >= -1.0);
+  CHECK(a.loso_error_pct <= 31.0);
+  CHECK(cv.by_source.size() == 3);
+  CHECK(cv.bands.at("all").second == 3);
+  const std::string md = to_markdown(cv);
+  CHECK(md.find("| leave one source out | 3 |") != std::string::npos);
+  CHECK(to_json(cv)["by_source"].contains("C"));
+}
+
+TEST_CASE("simulate: every result carries the cross-validated step-time error band of its cluster", "[validate]") {
+  strategies::Scenario sc = strategies::load_scenario(small_memory_case()["scenario"], "t", "");
+  strategies::set_fidelity(sc, strategies::Fidelity::Fast);
+  const strategies::Result r = strategies::simulate(sc).result;
+  REQUIRE(r.error_band.has_value());
+  const auto band = strategies::error_band_for("dgx-h100");
+  REQUIRE(band.has_value());
+  CHECK(r.error_band->scope == "dgx-h100");
+  CHECK(r.error_band->within_pct == band->within_pct);
+  CHECK(r.error_band->within_pct > 0);
+  CHECK(r.error_band->runs >= 5);
+  CHECK(strategies::error_band_for("no-such-cluster")->scope == "all");
+  const json j = strategies::to_json(r, sc, false);
+  CHECK(j["step_time_error_band"]["within_pct"] == band->within_pct);
+  CHECK(j["step_time_error_band"]["scope"] == "dgx-h100");
+}
+
+TEST_CASE("validate: FSDP named as off is not FSDP", "[validate]") {
+  json c = gpt_1t_case();
+  for (const char* off : {"distributed optimizer (recipe default; table FSDP=0)", "no FSDP", "FSDP: off"}) {
+    c["parallelism"]["zero_or_fsdp"] = off;
+    const json p = case_to_scenario(c).scenario["parallelism"];
+    CHECK_FALSE(p.contains("data_parallel_sharding_strategy"));
+  }
+  c["parallelism"]["zero_or_fsdp"] = "distributed optimizer (recipe default; table FSDP=0)";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["use_distributed_optimizer"] == true);
+  c["parallelism"]["zero_or_fsdp"] = "Megatron-FSDP (optim_grads_params)";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["data_parallel_sharding_strategy"] == "optim_grads_params");
 }

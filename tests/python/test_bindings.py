@@ -48,6 +48,14 @@ def test_simulate_equals_cli_json_of_the_718b_plan(cli, root, pangu):
     assert moesim.simulate(str(root / PANGU))["simulator"]["wall_s"] > 0
 
 
+def test_result_carries_the_cross_validated_error_band_of_its_cluster(root, pangu):
+    bands = json.loads((root / "models/presets/error_bands.json").read_text())["bands"]
+    band = pangu["step_time_error_band"]
+    assert band["scope"] == "atlas-800t-a2"
+    assert band["within_pct"] == bands["atlas-800t-a2"]["within_pct"]
+    assert band["runs"] == bands["atlas-800t-a2"]["cases"]
+
+
 def test_overrides_change_the_result_as_cli_set_does(cli, root, pangu):
     expected = cli_json(
         cli, root, "simulate", PANGU, "--format", "json", "--no-wall-time",

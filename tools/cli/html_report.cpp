@@ -611,6 +611,12 @@ std::string section_summary(const strategies::Scenario& s, const strategies::Res
   h += "</table>\n<h3>Result of the scenario's plan</h3>\n<table class=\"kv\">\n";
   if (!r.feasible) h += kv_row("feasible", "<span class=\"warn\">no: " + html_escape(r.infeasible_reason) + "</span>");
   h += kv_row("step time", fmt::format("{:.3f} s", r.step_time_s));
+  if (r.error_band)
+    h += kv_row("typical error",
+                fmt::format("±{:.0f}% (68% of {} published {}runs predicted within this, each source with device "
+                            "parameters fitted on the others)",
+                            r.error_band->within_pct, r.error_band->runs,
+                            r.error_band->scope == "all" ? "" : r.error_band->scope + " "));
   h += kv_row("throughput", fmt::format("{} tokens/s ({:.1f} per device)", human_count(r.tokens_per_s), r.tokens_per_s_per_device));
   h += kv_row("MFU / HFU", fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu));
   h += kv_row("model FLOP rate", fmt::format("{:.1f} TFLOP/s per device (peak {:.1f})", r.achieved_tflops_per_device,

@@ -17,10 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +39,7 @@
 #include "moesim/strategies/output/simulate.hpp"
 #include "report.hpp"
 #include "terminal.hpp"
+#include "crossval.hpp"
 #include "validate.hpp"
 
 namespace {
@@ -110,12 +113,21 @@ int cmd_check(const std::string& path, const std::vector<std::string>& sets) {
   return 0;
 }
 
-int cmd_validate(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
+int cmd_validate(const std::vector<std::string>& paths, const std::vector<std::string>& sets, const std::string& format,
                  const std::string& out_md, const std::string& out_json, const std::string& only,
-                 const std::string& fidelity, bool progress) {
-  Diagnostics diag(path);
-  auto cases = read_json_file(path, diag);
-  diag.throw_if_any();
+                 const std::string& fidelity, bool progress, const std::string& cross_validate, int threads,
+                 const std::string& bands_out) {
+  std::vector<tools::CaseFile> files;
+  {
+    std::vector<Diagnostic> problems;
+    for (const auto& path : paths) {
+      Diagnostics diag(path);
+      auto cases = read_json_file(path, diag);
+      for (const auto& d : diag.list()) problems.push_back(d);
+      if (cases) files.push_back({path, std::move(*cases)});
+    }
+    if (!problems.empty()) throw ConfigError(problems);
+  }
   tools::ValidateOptions opt;
   opt.overrides = sets;
   opt.progress = progress;
@@ -127,14 +139,30 @@ int cmd_validate(const std::string& path, const std::vector<std::string>& sets, 
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (!out_md.empty()) refuse_output_over_input("--out", out_md, {path});
-  if (!out_json.empty()) refuse_output_over_input("--json", out_json, {path});
-  const tools::ValidationReport rep = tools::validate(*cases, path, opt);
-  const std::string md = tools::to_markdown(rep);
-  const std::string js = tools::to_json(rep).dump(2);
+  if (!out_md.empty()) refuse_output_over_input("--out", out_md, paths);
+  if (!out_json.empty()) refuse_output_over_input("--json", out_json, paths);
+  if (!bands_out.empty()) refuse_output_over_input("--bands-out", bands_out, paths);
+  if (!bands_out.empty() && cross_validate.empty())
+    throw ConfigError({Diagnostic{"command line", "--bands-out", bands_out, "needs --cross-validate source"}});
+  const tools::ValidationReport rep = tools::validate(files, opt);
+  std::string md = tools::to_markdown(rep);
+  nlohmann::json js = tools::to_json(rep);
+  if (!cross_validate.empty()) {
+    tools::CrossValidationOptions copt;
+    copt.threads = threads;
+    copt.progress = progress;
+    copt.cancel = &g_interrupt;
+    const tools::CrossValidation cv = tools::cross_validate(rep, tools::fit_groups(), opt, copt);
+    md += tools::to_markdown(cv);
+    js["cross_validation"] = tools::to_json(cv);
+    std::string names;
+    for (const auto& p : paths) names += (names.empty() ? "" : ", ") + std::filesystem::path(p).filename().string();
+    if (!bands_out.empty()) write_file_atomically(bands_out, tools::error_bands_json(cv, names).dump(2) + "\n");
+  }
+  const std::string jtext = js.dump(2);
   if (!out_md.empty()) write_file_atomically(out_md, md + "\n");
-  if (!out_json.empty()) write_file_atomically(out_json, js + "\n");
-  std::cout << (format == "json" ? js + "\n" : md);
+  if (!out_json.empty()) write_file_atomically(out_json, jtext + "\n");
+  std::cout << (format == "json" ? jtext + "\n" : md);
   for (const auto& c : rep.cases)
     if (c.status == "error") std::cerr << "moesim validate: case " << c.id << ": " << c.reason << "\n";
   if (rep.ran == 0) {  // memory-only cases count: they ran, only their step time is not compared
@@ -352,6 +380,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string scenario, format = "table", trace, fidelity, which;
+  std::vector<std::string> case_files;
+  std::string cross_validate, bands_out;
+  int validate_threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::string> sets;
   bool no_wall_time = false, memory_detail = false;
 
@@ -386,7 +417,7 @@ int main(int argc, char** argv) {
   srch->add_flag("--no-wall-time", no_wall_time, "omit timings (byte-identical output)");
 
   auto* val = app.add_subcommand("validate", "compare moesim with measured training runs (calibration_cases.json format)");
-  val->add_option("CASES", scenario, "cases JSON file")->required();
+  val->add_option("CASES", case_files, "cases JSON files (ids unique across them)")->required();
   val->add_option("--set", sets, "override a key in every case's scenario");
   val->add_option("--format", format, "output format")->check(CLI::IsMember({"table", "markdown", "json"}));
   val->add_option("--out", out_md, "also write the Markdown report to this file");
@@ -395,6 +426,12 @@ int main(int argc, char** argv) {
   val->add_option("--fidelity", fidelity, "fast | balanced (default) | full")
       ->check(CLI::IsMember({"fast", "balanced", "full"}));
   val->add_flag("--progress", progress, "print one line per case on stderr");
+  val->add_option("--cross-validate", cross_validate,
+                  "leave-one-source-out: fit the device parameters on all sources but one, predict that one, for "
+                  "every source")
+      ->check(CLI::IsMember({"source"}));
+  val->add_option("--threads", validate_threads, "threads for the cross-validation's simulations")->check(CLI::Range(1, 256));
+  val->add_option("--bands-out", bands_out, "with --cross-validate: write the error bands (models/presets/error_bands.json form)");
 
   auto* presets = app.add_subcommand("presets", "list the built-in models, devices and clusters");
   presets->add_option("WHICH", which, "models | devices | clusters")->check(CLI::IsMember({"models", "devices", "clusters"}));
@@ -472,7 +509,9 @@ int main(int argc, char** argv) {
     if (*sim) rc = cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time, memory_detail);
     else if (*check) rc = cmd_check(scenario, sets);
     else if (*srch) rc = cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
-    else if (*val) rc = cmd_validate(scenario, sets, format, out_md, out_json, only, fidelity, progress);
+    else if (*val)
+      rc = cmd_validate(case_files, sets, format, out_md, out_json, only, fidelity, progress, cross_validate,
+                        validate_threads, bands_out);
     else if (*presets) rc = cmd_presets(which);
     else if (*plan) rc = cmd_plan(scenario, sets, cap, format);
     else if (*rlc) rc = cmd_rl(scenario, sets, format, trace, no_wall_time);

@@ -60,7 +60,11 @@ std::string format_plan_line(const strategies::Scenario& s) {
 std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time) {
   std::string o;
   o += fmt::format("moesim {}: {}\n\n", strategies::kVersion, format_plan_line(s));
-  o += fmt::format("  {:<22}{:.3f} s\n", "step time", r.step_time_s);
+  o += fmt::format("  {:<22}{:.3f} s", "step time", r.step_time_s);
+  if (r.error_band)
+    o += fmt::format("  (typically within ±{:.0f}%: {} published {}runs, leave-one-source-out)", r.error_band->within_pct,
+                     r.error_band->runs, r.error_band->scope == "all" ? "" : r.error_band->scope + " ");
+  o += "\n";
   o += fmt::format("  {:<22}{}tokens/s ({:.1f} per device)\n", "throughput", human(r.tokens_per_s),
                    r.tokens_per_s_per_device);
   o += fmt::format("  {:<22}{:.1f}% / {:.1f}%\n", "MFU / HFU", 100 * r.mfu, 100 * r.hfu);

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <optional>
 #include <regex>
 
@@ -435,7 +436,10 @@ ConvertedCase case_to_scenario(const json& c) {
       notes.push_back(nemo ? "NeMo performance recipe: TP communication overlap" : "MC2 (fused matmul + TP comm)");
   }
   const std::string zero = lower(text_of(par, "zero_or_fsdp"));
-  bool distopt = has(zero, "distributed") || has(zero, "zero") || has(zero, "fsdp");
+  // "FSDP" named as off ("FSDP=0", "no FSDP", "without FSDP", "FSDP off") is not FSDP.
+  const bool fsdp = has(zero, "fsdp") &&
+                    !std::regex_search(zero, std::regex(R"(fsdp\s*[=:]\s*(0|false|off|no)\b|(no|without|not)\s+(megatron-)?fsdp|fsdp\s+(off|disabled))"));
+  bool distopt = has(zero, "distributed") || has(zero, "zero") || fsdp;
   if (!distopt && nemo && zero.empty()) {
     // NeMo 2.0's Megatron strategy recipes build MegatronOptimizerModule with
     // use_distributed_optimizer=True unless a recipe turns it off.
@@ -453,7 +457,7 @@ ConvertedCase case_to_scenario(const json& c) {
     p["grad_reduce_in_bf16"] = true;
     notes.push_back("NeMo performance configuration: gradients in BF16 (optim.grad_sync_dtype=bf16)");
   }
-  if (has(zero, "fsdp")) {
+  if (fsdp) {
     // Megatron-FSDP's default strategy shards parameters, gradients and optimizer states.
     p["data_parallel_sharding_strategy"] = "optim_grads_params";
     notes.push_back("Megatron-FSDP: parameters, gradients and optimizer states sharded (optim_grads_params)");
@@ -463,7 +467,7 @@ ConvertedCase case_to_scenario(const json& c) {
   // Megatron-FSDP overlaps its parameter gathers and gradient reduce-scatters with compute by
   // design (Megatron Core developer guide, "Megatron FSDP": communication/computation overlap).
   const bool zoo = category == "megatron_moe_modelzoo";
-  const bool dp_overlap = (nemo || zoo || has(zero, "fsdp")) && distopt;
+  const bool dp_overlap = (nemo || zoo || fsdp) && distopt;
   if (has(overlap, "overlap-grad-reduce") || dp_overlap) p["overlap_grad_reduce"] = true;
   if (distopt && (has(overlap, "overlap-param-gather") || dp_overlap)) p["overlap_param_gather"] = true;
   if (nemo && distopt && overlap.empty()) notes.push_back("NeMo default: gradient and parameter overlap");
@@ -534,7 +538,14 @@ std::string plan_text(const json& scenario) {
   const json& p = scenario.contains("parallelism") ? scenario["parallelism"] : json::object();
   std::string t;
   auto add = [&](const char* label, const char* key, bool always) {
+    // The scenario's short keys or Megatron's long names.
+    static const std::map<std::string, std::string> long_name{{"tp", "tensor_model_parallel_size"},
+                                                               {"pp", "pipeline_model_parallel_size"},
+                                                               {"vpp", "virtual_pipeline_model_parallel_size"},
+                                                               {"cp", "context_parallel_size"},
+                                                               {"ep", "expert_model_parallel_size"}};
     auto v = int_of(p, key);
+    if (!v) v = int_of(p, long_name.at(key).c_str());
     if (v && (always || *v > 1)) t += fmt::format("{}{}{}", t.empty() ? "" : " ", label, *v);
   };
   add("TP", "tp", true);
@@ -620,36 +631,66 @@ std::string gib_brief(double gib) {
   return t;
 }
 
-int numeric_id(const std::string& id) {
-  std::string digits;
-  for (char ch : id)
-    if (std::isdigit(static_cast<unsigned char>(ch))) digits += ch;
-  return digits.empty() ? 0 : std::stoi(digits);
+/// Held out: the id's last digit is odd (case_001, asc_013; an id without digits is in the
+/// fitting half). Only the parity matters, so ids of any length are fine.
+bool odd_id(const std::string& id) {
+  for (auto it = id.rbegin(); it != id.rend(); ++it)
+    if (std::isdigit(static_cast<unsigned char>(*it))) return (*it - '0') % 2 == 1;
+  return false;
 }
 
 }  // namespace
 
 ValidationReport validate(const json& cases, const std::string& file, const ValidateOptions& opt) {
+  return validate(std::vector<CaseFile>{CaseFile{file, cases}}, opt);
+}
+
+std::string source_of(const json& c) {
+  if (c.contains("source_group") && c["source_group"].is_string()) return c["source_group"].get<std::string>();
+  return text_of(c, "category");
+}
+
+ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOptions& opt) {
   ValidationReport rep;
-  rep.file = file;
-  const json* list = &cases;
-  if (cases.is_object() && cases.contains("cases")) list = &cases["cases"];
-  if (!list->is_array()) throw ConfigError({Diagnostic{file, "", json_brief(cases), "must be a list of cases"}});
-  const std::string list_pointer = list == &cases ? "" : "/cases";
+  {
+    std::vector<Diagnostic> bad;
+    for (const CaseFile& f : files) {
+      rep.file += (rep.file.empty() ? "" : ", ") + f.path;
+      const json* list = &f.cases;
+      if (f.cases.is_object() && f.cases.contains("cases")) list = &f.cases["cases"];
+      if (!list->is_array()) bad.push_back(Diagnostic{f.path, "", json_brief(f.cases), "must be a list of cases"});
+    }
+    if (!bad.empty()) throw ConfigError(bad);
+  }
+  std::set<std::string> seen_ids;
+  for (const CaseFile& f : files) {
+  const std::string& file = f.path;
+  const json* list = &f.cases;
+  if (f.cases.is_object() && f.cases.contains("cases")) list = &f.cases["cases"];
+  const std::string list_pointer = list == &f.cases ? "" : "/cases";
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& c = (*list)[i];
     const std::string at = fmt::format("{}/{}", list_pointer, i);
     CaseOutcome o;
     o.id = c.is_object() && c.contains("id") ? text_of(c, "id") : fmt::format("#{}", i);
     if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), o.id) == opt.only.end()) continue;
-    o.held_out = numeric_id(o.id) % 2 == 1;
+    o.held_out = odd_id(o.id);
+    o.file = file;
     if (!c.is_object()) {
       o.status = "error";
       o.reason = fmt::format("{}:{}: must be an object", file, at);
       rep.cases.push_back(o);
       continue;
     }
+    if (!seen_ids.insert(o.id).second) {
+      o.status = "error";
+      o.reason = fmt::format("{}:{}/id: \"{}\" is already the id of an earlier case (ids must be unique across files)",
+                             file, at, o.id);
+      rep.cases.push_back(o);
+      continue;
+    }
     o.category = text_of(c, "category");
+    o.source = source_of(c);
     if (c.contains("model")) o.model = text_of(c["model"], "name");
     else if (c.contains("scenario") && c["scenario"].is_object() && c["scenario"].contains("model")) {
       const json& m = c["scenario"]["model"];  // a preset name or an inline config
@@ -742,6 +783,7 @@ ValidationReport validate(const json& cases, const std::string& file, const Vali
       std::cerr << fmt::format("{:<10} {:<8} {}\n", o.id, o.status, what);
     }
     rep.cases.push_back(std::move(o));
+  }
   }
   std::vector<const CaseOutcome*> all, fit, held, memory;
   std::map<std::string, std::vector<const CaseOutcome*>> cat, dev;

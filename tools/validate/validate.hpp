@@ -20,8 +20,8 @@
 // allocator statistics do not see the CUDA context or NCCL's buffers that reserve stands for.
 // A case with a measured peak and no step time still runs, for memory only.
 //
-// Fit / held-out split (fixed): cases whose numeric id is even are the fitting half, odd ones
-// are held out.
+// Fit / held-out split (fixed): cases whose id ends in an even digit are the fitting half, odd
+// ones are held out. Cross-validation by source (crossval.hpp) is the stricter test.
 
 #include <optional>
 #include <string>
@@ -36,7 +36,9 @@ namespace moesim::tools {
 
 struct CaseOutcome {
   std::string id;
+  std::string file;    ///< the cases file it came from
   std::string category;
+  std::string source;  ///< the publication it comes from: "source_group", else the category (cross-validation unit)
   std::string model;
   std::string device;
   int devices = 0;
@@ -113,7 +115,16 @@ struct PublishedTime {
 };
 PublishedTime published_step_time(const nlohmann::json& c, int devices = 0);
 
+/// One cases file: its path (for messages) and its parsed content.
+struct CaseFile {
+  std::string path;
+  nlohmann::json cases;
+};
 ValidationReport validate(const nlohmann::json& cases, const std::string& file, const ValidateOptions& opt);
+/// Several files at once (ids must be unique across them).
+ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOptions& opt);
+/// The cross-validation unit of a case: its "source_group", else its "category".
+std::string source_of(const nlohmann::json& c);
 std::string to_markdown(const ValidationReport& r);
 nlohmann::json to_json(const ValidationReport& r);
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "moesim/models/presets.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::strategies {
@@ -462,6 +463,7 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel, bool memory_det
   r.params_total = w.params_total;
   r.params_active = w.params_active_per_token;
   r.seed = s.seed;
+  r.error_band = error_band_for(s.cluster.name);
   r.fidelity = fidelity_name(s.simulation.fidelity);
   r.ranks_simulated = static_cast<int>(low.ranks.size());
   r.tasks = low.graph.num_tasks();
@@ -497,12 +499,27 @@ Breakdown breakdown_from_json(const nlohmann::json& j) {
   return b;
 }
 
+std::optional<ErrorBand> error_band_for(const std::string& cluster_preset) {
+  static const std::optional<nlohmann::json> bands = models::preset_json("validation", "error_bands");
+  if (!bands || !bands->contains("bands")) return std::nullopt;
+  const auto& b = (*bands)["bands"];
+  const std::string scope = b.contains(cluster_preset) ? cluster_preset : "all";
+  if (!b.contains(scope)) return std::nullopt;
+  return ErrorBand{b[scope].value("within_pct", 0.0), b[scope].value("cases", 0), scope};
+}
+
 nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time) {
   using nlohmann::json;
   json j = json::object();
   j["feasible"] = r.feasible;
   j["infeasible_reason"] = r.feasible ? json(nullptr) : json(r.infeasible_reason);
   j["step_time_s"] = r.step_time_s;
+  if (r.error_band)
+    j["step_time_error_band"] = {{"within_pct", r.error_band->within_pct},
+                                 {"runs", r.error_band->runs},
+                                 {"scope", r.error_band->scope},
+                                 {"basis", "68% of published runs predicted within this by leave-one-source-out "
+                                           "cross-validation"}};
   j["tokens_per_step"] = r.tokens_per_step;
   j["tokens_per_s"] = r.tokens_per_s;
   j["tokens_per_s_per_device"] = r.tokens_per_s_per_device;

@@ -55,10 +55,23 @@ struct StageResult {
   double params = 0;    ///< per rank
 };
 
+/// How far off moesim's step time typically is on this kind of cluster: 68% of the published
+/// runs on it were predicted within `within_pct` by the leave-one-source-out cross-validation
+/// (`moesim validate --cross-validate source`; models/presets/error_bands.json).
+struct ErrorBand {
+  double within_pct = 0;
+  int runs = 0;         ///< published runs behind the band
+  std::string scope;    ///< the cluster preset, or "all" when it has too few runs
+};
+/// The band for a cluster preset name (the overall band for others), or nullopt when the
+/// library carries no bands.
+std::optional<ErrorBand> error_band_for(const std::string& cluster_preset);
+
 struct Result {
   bool feasible = true;
   std::string infeasible_reason;
   double step_time_s = 0;
+  std::optional<ErrorBand> error_band;  ///< typical step-time error (cross-validated), when known
   double tokens_per_step = 0;
   double tokens_per_s = 0;
   double tokens_per_s_per_device = 0;
