@@ -71,10 +71,14 @@ TEST_CASE("validate: a case becomes a scenario that loads", "[validate]") {
   CHECK(conv.scenario["cluster"]["preset"] == "dgx-a100");
   CHECK(conv.scenario["parallelism"]["recompute_granularity"] == "full");
   CHECK(conv.scenario["training"]["precision"] == "fp16");
-  CHECK(conv.scenario["training"]["attention_kernel"] == "unfused");
+  CHECK(conv.scenario["software"] == "megatron-lm-2021");  // the source's stack, not rules here
   const strategies::Scenario s = strategies::load_scenario(conv.scenario, "t", "");
   CHECK(s.plan.dp == 6);
   CHECK(s.plan.num_microbatches == 512);
+  // The stack's facts: unfused attention and dropout 0.1, recorded as applied.
+  CHECK(s.training.workload.attention == models::AttentionKernel::Unfused);
+  CHECK(s.training.workload.dropout == 0.1);
+  CHECK(s.software.applied == std::vector<std::string>{"attention_kernel=\"unfused\"", "dropout=0.1"});
 }
 
 TEST_CASE("validate: Megatron pipeline layouts become layer counts per virtual stage", "[validate]") {
@@ -435,4 +439,40 @@ TEST_CASE("validate: FSDP named as off is not FSDP", "[validate]") {
   CHECK(case_to_scenario(c).scenario["parallelism"]["use_distributed_optimizer"] == true);
   c["parallelism"]["zero_or_fsdp"] = "Megatron-FSDP (optim_grads_params)";
   CHECK(case_to_scenario(c).scenario["parallelism"]["data_parallel_sharding_strategy"] == "optim_grads_params");
+}
+
+TEST_CASE("software stack: defaults only where the scenario is silent, conditions respected", "[validate][software]") {
+  json doc = small_memory_case()["scenario"];
+  doc["parallelism"] = {{"tp", 2}, {"pp", 2}, {"mbs", 1}};
+  doc["software"] = "nemo-2-perf";
+  strategies::Scenario s = strategies::load_scenario(doc, "t", "");
+  CHECK(s.software.name == "nemo-2-perf");
+  CHECK(s.software.framework == "NeMo");
+  CHECK(s.plan.distributed_optimizer);
+  CHECK(s.plan.overlap_grad_reduce);
+  CHECK(s.plan.overlap_param_gather);
+  CHECK(s.plan.sequence_parallel);  // TP > 1: TP overlap needs sequence parallelism
+  CHECK(s.plan.tp_comm_overlap);
+  CHECK(s.plan.grad_reduce_in_bf16);
+  // What the scenario says wins; TP 1 gets no TP overlap; no optimizer sharding, no DP overlap.
+  doc["parallelism"] = {{"tp", 1}, {"pp", 2}, {"mbs", 1}, {"use_distributed_optimizer", false}};
+  s = strategies::load_scenario(doc, "t", "");
+  CHECK_FALSE(s.plan.distributed_optimizer);
+  CHECK_FALSE(s.plan.overlap_param_gather);
+  CHECK_FALSE(s.plan.tp_comm_overlap);
+  // CUDA graphs: no host time per operator unless the scenario sets host dispatch.
+  doc["software"] = "cuda-graphs";
+  CHECK(strategies::load_scenario(doc, "t", "").simulation.launch_overhead == 0.0);
+  doc.erase("software");
+  CHECK(strategies::load_scenario(doc, "t", "").simulation.launch_overhead > 0.0);  // H100's fitted host time
+  // An unknown stack is named with the known ones.
+  doc["software"] = "nemo-3";
+  CHECK_THROWS_WITH(strategies::load_scenario(doc, "t", ""),
+                    Catch::Contains("/software: \"nemo-3\" is not a software stack preset") &&
+                        Catch::Contains("nemo-2-perf"));
+  // The result says which stack ran.
+  doc["software"] = "nemo-2";
+  strategies::Scenario n = strategies::load_scenario(doc, "t", "");
+  strategies::set_fidelity(n, strategies::Fidelity::Fast);
+  CHECK(strategies::to_json(strategies::simulate(n).result, n, false)["software"]["name"] == "nemo-2");
 }

@@ -50,10 +50,15 @@ std::string format_plan_line(const strategies::Scenario& s) {
   if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather)
     extras += ", all-gather + intra-server all-to-all (MindSpeed)";
   if (p.tp_comm_overlap) extras += ", TP comm overlapped with GEMMs";
+  if (!s.software.name.empty()) extras += ", software " + s.software.name;
   if (p.overlap_grad_reduce) extras += ", overlapped DP";
   return fmt::format(
-      "{} on {} x {} ({})\nplan: {} | mbs {}, {} micro-batches, seq {}, global batch {}, {}\n      {}", s.model_name,
-      s.cluster.devices, s.cluster.device.name, s.cluster.name, plan, p.mbs, p.num_microbatches, s.training.seq_length,
+      "{} on {} x {} ({}{})\nplan: {} | mbs {}, {} micro-batches, seq {}, global batch {}, {}\n      {}", s.model_name,
+      s.cluster.devices, s.cluster.device.name, s.cluster.name,
+      s.cluster.node_capacity > s.cluster.devices_per_node
+          ? fmt::format(", {} of {} devices per scale-up domain", s.cluster.devices_per_node, s.cluster.node_capacity)
+          : "",
+      plan, p.mbs, p.num_microbatches, s.training.seq_length,
       s.training.global_batch_size, models::precision_name(s.training.precision), extras);
 }
 

@@ -379,19 +379,24 @@ ConvertedCase case_to_scenario(const json& c) {
     return out;
   }
   json training = {{"seq_length", seq}, {"global_batch_size", gbs}, {"precision", precision}};
-  // Megatron-LM before 2023 (the SC21 and selective-recomputation papers) computed attention
-  // unfused (batched GEMMs + fused softmax) and trained GPT with dropout 0.1; flash attention
-  // came to Megatron later.
-  if (category == "megatron_sc21_weak_scaling" || category == "megatron_selective_recompute") {
-    training["attention_kernel"] = "unfused";
-    training["dropout"] = 0.1;
-    notes.push_back("Megatron 2021-22: unfused attention, dropout 0.1");
-  }
-  if (text_of(c["model"], "type") == "moe" && category.rfind("ascend_mindspeed", 0) == 0) {
-    // MindSpeed-LLM of 2024 builds on Megatron-core before 2025-04, which weighted the expert
-    // outputs at the unpermute (keeping them for backward).
-    training["moe_router_probs"] = "output";
-    notes.push_back("MindSpeed 2024: routing weights applied to the expert outputs");
+  // The software stack, from the source: framework facts become a named preset
+  // (models/presets/software) instead of rules here, so that a 2021 stack and a 2025 one are
+  // inputs of the scenario.
+  std::string stack;
+  const int year = c.contains("software") && c["software"].is_object() ? int_of(c["software"], "year").value_or(0) : 0;
+  if (category == "megatron_sc21_weak_scaling" || category == "megatron_selective_recompute")
+    stack = "megatron-lm-2021";  // unfused attention, dropout 0.1
+  else if (category.rfind("megatron_deepspeed", 0) == 0)
+    stack = "megatron-deepspeed-2022";  // unfused attention
+  else if (category.rfind("nemo_perf_summary", 0) == 0)
+    stack = "nemo-2-perf";  // distributed optimizer, DP and TP overlap, BF16 gradients
+  else if (category.rfind("nemo", 0) == 0)
+    stack = "nemo-2";
+  else if (category.rfind("ascend_mindspeed", 0) == 0 && (year == 0 || year <= 2024))
+    stack = "mindspeed-llm-2024";  // routing weights applied to the expert outputs
+  if (!stack.empty()) {
+    s["software"] = stack;
+    notes.push_back("software stack " + stack + " (from the source)");
   }
   s["training"] = training;
 
@@ -424,39 +429,29 @@ ConvertedCase case_to_scenario(const json& c) {
   const std::string overlap = text_of(par, "comm_overlap");
   const bool nemo = category.rfind("nemo", 0) == 0;
   bool sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() && par["sequence_parallel"].get<bool>();
-  const bool tp_overlap = tp > 1 && (has(overlap, "tp-comm-overlap") || nemo || has(text_of(c, "notes"), "mc2"));
-  if (tp > 1 && (tp_overlap || moe) && !sp) {
+  // NeMo's stack overlaps TP communication itself (with sequence parallelism); stated flags and
+  // MindSpeed's MC2 are the case's own.
+  const bool tp_overlap = tp > 1 && (has(overlap, "tp-comm-overlap") || has(text_of(c, "notes"), "mc2"));
+  if (tp > 1 && (tp_overlap || moe || nemo) && !sp) {
     sp = true;
     notes.push_back("sequence parallelism assumed (required by TP communication overlap / MoE)");
   }
   p["sequence_parallel"] = sp && tp > 1;
   if (tp_overlap && tp > 1) {
     p["tp_comm_overlap"] = true;
-    if (!has(overlap, "tp-comm-overlap"))
-      notes.push_back(nemo ? "NeMo performance recipe: TP communication overlap" : "MC2 (fused matmul + TP comm)");
+    if (!has(overlap, "tp-comm-overlap")) notes.push_back("MC2 (fused matmul + TP comm)");
   }
   const std::string zero = lower(text_of(par, "zero_or_fsdp"));
   // "FSDP" named as off ("FSDP=0", "no FSDP", "without FSDP", "FSDP off") is not FSDP.
   const bool fsdp = has(zero, "fsdp") &&
                     !std::regex_search(zero, std::regex(R"(fsdp\s*[=:]\s*(0|false|off|no)\b|(no|without|not)\s+(megatron-)?fsdp|fsdp\s+(off|disabled))"));
   bool distopt = has(zero, "distributed") || has(zero, "zero") || fsdp;
-  if (!distopt && nemo && zero.empty()) {
-    // NeMo 2.0's Megatron strategy recipes build MegatronOptimizerModule with
-    // use_distributed_optimizer=True unless a recipe turns it off.
-    distopt = true;
-    notes.push_back("NeMo default: distributed optimizer");
-  }
   if (!distopt && has(overlap, "overlap-param-gather")) {
     distopt = true;  // Megatron's --overlap-param-gather requires the distributed optimizer
     notes.push_back("distributed optimizer implied by --overlap-param-gather");
   }
-  p["use_distributed_optimizer"] = distopt;
-  if (category.rfind("nemo_perf_summary", 0) == 0) {
-    // NeMo's performance configurations (NeMo-Framework-Launcher examples/training/*/h100/*.sh)
-    // synchronise gradients in BF16: +training.model.optim.grad_sync_dtype=bf16.
-    p["grad_reduce_in_bf16"] = true;
-    notes.push_back("NeMo performance configuration: gradients in BF16 (optim.grad_sync_dtype=bf16)");
-  }
+  // An unstated optimizer on NeMo is the stack's (the distributed optimizer).
+  if (!(nemo && zero.empty() && !distopt)) p["use_distributed_optimizer"] = distopt;
   if (fsdp) {
     // Megatron-FSDP's default strategy shards parameters, gradients and optimizer states.
     p["data_parallel_sharding_strategy"] = "optim_grads_params";
@@ -467,11 +462,10 @@ ConvertedCase case_to_scenario(const json& c) {
   // Megatron-FSDP overlaps its parameter gathers and gradient reduce-scatters with compute by
   // design (Megatron Core developer guide, "Megatron FSDP": communication/computation overlap).
   const bool zoo = category == "megatron_moe_modelzoo";
-  const bool dp_overlap = (nemo || zoo || fsdp) && distopt;
+  const bool dp_overlap = (zoo || fsdp) && distopt;  // NeMo's stack overlaps DP itself
   if (has(overlap, "overlap-grad-reduce") || dp_overlap) p["overlap_grad_reduce"] = true;
   if (distopt && (has(overlap, "overlap-param-gather") || dp_overlap)) p["overlap_param_gather"] = true;
-  if (nemo && distopt && overlap.empty()) notes.push_back("NeMo default: gradient and parameter overlap");
-  if (!nemo && dp_overlap && overlap.empty())
+  if (dp_overlap && overlap.empty())
     notes.push_back(zoo ? "Megatron-MoE-ModelZoo config: --overlap-grad-reduce --overlap-param-gather"
                         : "Megatron-FSDP: gradient and parameter communication overlapped");
 
@@ -734,6 +728,11 @@ ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOpti
       set_diag.throw_if_any();
       strategies::Scenario sc = strategies::load_scenario(doc, file + " case " + o.id, "");
       strategies::set_fidelity(sc, opt.fidelity);
+      if (!sc.software.applied.empty()) {
+        std::string applied;
+        for (const auto& a : sc.software.applied) applied += (applied.empty() ? "" : ", ") + a;
+        o.assumptions.push_back(sc.software.name + " sets " + applied);
+      }
       const strategies::Simulation sim = strategies::simulate(sc, opt.cancel);
       o.predicted_s = sim.result.step_time_s;
       if (o.timed) o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "moesim/models/presets.hpp"
 
 namespace moesim::topologies {
@@ -78,6 +80,28 @@ ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, D
                  "must divide devices_per_node=" + std::to_string(c.devices_per_node));
   } else {
     diag.error(r.child_pointer("scale_out"), "", "is required ({\"nic_bandwidth\", ...})");
+  }
+  // Placement: how many of a domain's devices the job's ranks fill (Megatron's rank order
+  // inside: consecutive ranks in one domain until it holds per_node of them).
+  c.node_capacity = c.devices_per_node;
+  if (const auto* pl = r.get({"placement"})) {
+    ObjectReader q(*pl, r.child_pointer("placement"), diag);
+    const int per = static_cast<int>(q.integer({"per_node"}, c.devices_per_node, 1, std::max(1, c.devices_per_node)));
+    q.ignore({"source", "_source"});
+    q.finish();
+    if (per < c.devices_per_node) {
+      if (c.scale_up == ScaleUpKind::Clos)
+        diag.error(r.child_pointer("placement") + "/per_node", std::to_string(per),
+                   "must equal devices_per_node for a Clos scale-up (its servers fill the domain)");
+      else if ((1LL * c.nics_per_node * per) % c.devices_per_node != 0)
+        diag.error(r.child_pointer("placement") + "/per_node", std::to_string(per),
+                   fmt::format("must leave a whole number of NICs per domain ({} NICs for {} devices)", c.nics_per_node,
+                               c.devices_per_node));
+      else {
+        c.nics_per_node = static_cast<int>(1LL * c.nics_per_node * per / c.devices_per_node);
+        c.devices_per_node = per;
+      }
+    }
   }
   r.ignore({"source", "_source"});
   r.finish();

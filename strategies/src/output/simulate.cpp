@@ -520,6 +520,15 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
                                  {"scope", r.error_band->scope},
                                  {"basis", "68% of published runs predicted within this by leave-one-source-out "
                                            "cross-validation"}};
+  if (!s.software.name.empty())
+    j["software"] = {{"name", s.software.name},
+                     {"framework", s.software.framework},
+                     {"version", s.software.version},
+                     {"year", s.software.year},
+                     {"defaults_applied", s.software.applied}};
+  j["placement"] = {{"devices_per_node", s.cluster.devices_per_node},
+                    {"node_capacity", s.cluster.node_capacity},
+                    {"order", "megatron: tp, cp, dp (experts: etp, ep, edp) within a stage, stages in blocks"}};
   j["tokens_per_step"] = r.tokens_per_step;
   j["tokens_per_s"] = r.tokens_per_s;
   j["tokens_per_s_per_device"] = r.tokens_per_s_per_device;

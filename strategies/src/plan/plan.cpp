@@ -602,6 +602,93 @@ void check_device_support(const Scenario& s, Diagnostics& diag) {
 
 }  // namespace
 
+namespace {
+
+/// The software stack (framework and version, models/presets/software/*.json): the defaults it
+/// gives the training and parallelism sections where the scenario says nothing. Each default
+/// applied is recorded in s.software.applied.
+void apply_software(const nlohmann::json& spec, nlohmann::json& par, nlohmann::json& training, Scenario& s,
+                    Diagnostics& diag) {
+  nlohmann::json merged;
+  const std::string at = "/software";
+  std::string preset;
+  if (spec.is_string()) preset = spec.get<std::string>();
+  else if (spec.is_object() && spec.contains("preset") && spec["preset"].is_string()) preset = spec["preset"].get<std::string>();
+  if (!preset.empty()) {
+    auto base = models::preset_json("software", preset);
+    if (!base) {
+      std::string msg = "is not a software stack preset";
+      const auto names = models::preset_names("software");
+      const auto near = closest_match(preset, names);
+      if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      diag.error(spec.is_string() ? at : at + "/preset", "\"" + preset + "\"", msg + ". Known: " + known);
+      return;
+    }
+    Diagnostics pd("models/presets/software/" + preset + ".json");
+    strip_sources(*base, "", pd);
+    for (const auto& x : pd.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+    merged = std::move(*base);
+    if (spec.is_object()) {
+      nlohmann::json patch = spec;
+      patch.erase("preset");
+      merged.merge_patch(patch);
+    }
+  } else if (spec.is_object()) {
+    merged = spec;
+  } else {
+    diag.error(at, json_brief(spec), "must be a software stack preset name or an object");
+    return;
+  }
+  ObjectReader r(merged, at, diag);
+  auto& sw = s.software;
+  sw.name = r.string({"name"}, preset.empty() ? "custom" : preset);
+  sw.framework = r.string({"framework"}, "");
+  sw.version = r.string({"version"}, "");
+  sw.year = static_cast<int>(r.integer({"year"}, 0, 0, 3000));
+  r.ignore({"description", "source", "_source"});
+  auto set_default = [&](nlohmann::json& section, const char* key, const nlohmann::json& value) {
+    if (!section.is_object() || section.contains(key)) return;
+    section[key] = value;
+    sw.applied.push_back(std::string(key) + "=" + value.dump());
+  };
+  if (auto v = r.opt_string({"attention_kernel"}, std::initializer_list<std::string_view>{"flash", "unfused"}))
+    set_default(training, "attention_kernel", *v);
+  if (r.has({"dropout"})) set_default(training, "dropout", r.number({"dropout"}, 0.0, 0.0, 0.99));
+  if (auto v = r.opt_string({"cross_entropy"}, std::initializer_list<std::string_view>{"fused", "pytorch", "compiled"}))
+    set_default(training, "cross_entropy", *v);
+  if (auto v = r.opt_string({"moe_router_probs"}, std::initializer_list<std::string_view>{"activation", "output"}))
+    set_default(training, "moe_router_probs", *v);
+  const bool sharding_given = par.is_object() && (par.contains("data_parallel_sharding_strategy") ||
+                                                  par.contains("zero_stage") || par.contains("use_megatron_fsdp") ||
+                                                  par.contains("fsdp") || par.contains("fully_shard"));
+  if (r.boolean({"distributed_optimizer"}, false) && !sharding_given)
+    set_default(par, "use_distributed_optimizer", true);
+  auto flag = [&](const char* key) { return par.is_object() && par.contains(key) && par[key].is_boolean() && par[key].get<bool>(); };
+  const bool sharded = flag("use_distributed_optimizer") || sharding_given;
+  if (r.boolean({"overlap_dp"}, false) && sharded) {
+    set_default(par, "overlap_grad_reduce", true);
+    set_default(par, "overlap_param_gather", true);
+  }
+  if (r.boolean({"tp_comm_overlap"}, false) && par.is_object()) {
+    long long tp = 1;
+    for (const char* k : {"tp", "tensor_model_parallel_size"})
+      if (par.contains(k) && par[k].is_number_integer()) tp = par[k].get<long long>();
+    const bool sp_off = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() &&
+                        !par["sequence_parallel"].get<bool>();
+    if (tp > 1 && !sp_off) {
+      set_default(par, "sequence_parallel", true);
+      set_default(par, "tp_comm_overlap", true);
+    }
+  }
+  if (r.boolean({"grad_reduce_in_bf16"}, false)) set_default(par, "grad_reduce_in_bf16", true);
+  sw.host_graphs = r.string({"host_dispatch"}, "eager", {"eager", "graphs"}) == "graphs";
+  r.finish();
+}
+
+}  // namespace
+
 Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir) {
   Scenario s;
   s.file = file;
@@ -615,6 +702,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   nlohmann::json par = doc.contains("parallelism") ? doc["parallelism"] : nlohmann::json::object();
   nlohmann::json training = doc.contains("training") ? doc["training"] : nlohmann::json::object();
   merge_megatron_args(par, training, diag);
+  if (const auto* sw = root.get({"software"})) apply_software(*sw, par, training, s, diag);
   root.has({"parallelism"});
   if (root.has({"training"})) parse_training(training, "/training", s.training, diag);
   else diag.error("/training", "", "is required ({\"seq_length\", \"global_batch_size\", \"precision\"})");
@@ -622,6 +710,13 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
 
   if (const auto* moe = root.get({"moe"})) parse_moe(*moe, base_dir, s, diag);
   parse_simulation(root, s, diag);
+  // A stack that replays captured graphs issues no kernel from the host, unless the scenario
+  // sets host dispatch itself.
+  if (s.software.host_graphs && !(doc.contains("simulation") && doc["simulation"].is_object() &&
+                                  doc["simulation"].contains("host_dispatch"))) {
+    s.simulation.launch_overhead = 0;
+    s.software.applied.push_back("host dispatch: graphs (no host time per operator)");
+  }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
   root.has({"search"});  // read by parse_search_space when searching
   root.ignore({"description", "name", "_comment", "_source"});

@@ -50,7 +50,11 @@ struct ClusterSpec {
   std::string description;
   models::DeviceSpec device;
   int devices = 0;
+  /// Ranks of the job placed in each scale-up domain (server, rack): the physical domain's size
+  /// unless `placement.per_node` leaves some of its devices out (GB200 NVL72 jobs use 64 of a
+  /// rack's 72 GPUs, so that power-of-two groups never straddle two racks).
   int devices_per_node = 8;
+  int node_capacity = 0;  ///< physical devices per scale-up domain (>= devices_per_node)
   ScaleUpKind scale_up = ScaleUpKind::FullMesh;
   BytesPerSecond scale_up_link_bandwidth{0};  ///< nominal, per direction (per link; per device for a switch or Clos)
   Seconds scale_up_latency{0};

@@ -194,6 +194,16 @@ struct SimulationOptions {
   double comm_compute_slowdown = 0;
 };
 
+/// The software stack a scenario names (`software`: a models/presets/software preset or an
+/// object): framework facts that become defaults of the plan and training sections.
+struct SoftwareStack {
+  std::string name;  ///< empty: none named
+  std::string framework, version;
+  int year = 0;
+  bool host_graphs = false;          ///< kernels replayed from captured graphs (no host time per operator)
+  std::vector<std::string> applied;  ///< the defaults it set, "key=value"
+};
+
 struct Scenario {
   std::string file = "<inline>";
   nlohmann::json document;  ///< the effective scenario (after --set overrides)
@@ -205,6 +215,7 @@ struct Scenario {
   models::RoutingSpec routing;
   PlacementSpec placement;
   SimulationOptions simulation;
+  SoftwareStack software;
   std::uint64_t seed = 1;
   /// Every file the scenario was read from (itself, a model config.json, a routing histogram):
   /// an output path may not be one of them.
