@@ -1,6 +1,7 @@
 #include "emit.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 #include <array>
 #include <cmath>
 #include <string>
@@ -80,6 +81,9 @@ class Emitter {
   sim::TaskGraphBuilder& builder_;
   int pp_, vpp_, m_, per_stage_;
   Tick launch_ticks_;
+  /// Per program: whether host dispatch can gate it (see host_binding()).
+  std::unordered_map<const Program*, bool> host_binding_;
+  bool host_binding(const Program& prog);
   double swap_seconds_ = 0;  ///< seconds per byte of a chunk's activations swapped one way (0: none)
   double host_bw_ = 0;
   Phase grads_done_ = Phase::Backward;
@@ -204,6 +208,21 @@ Tick Emitter::step_duration(const Step& st, int mb, int local) {
   return st.duration;
 }
 
+// Host dispatch is simulated (a launch task gating every kernel, a sync before each dispatch)
+// only for programs the host can gate: timed alone, the pass takes longer with its launches
+// than without. A pass whose kernels outlast their launches keeps the host ahead, and its
+// launch tasks would only double the graph (the 718B's: 337k -> 625k tasks for the same step).
+bool Emitter::host_binding(const Program& prog) {
+  auto it = host_binding_.find(&prog);
+  if (it != host_binding_.end()) return it->second;
+  const bool fused = in_.scenario.simulation.fused_vector_ops;
+  double unused = 0;
+  std::array<double, kNumCats> unused_comm{};
+  const Tick with_host = to_ticks(Seconds{time_alone(prog, launch_ticks_, fused, lay_.ep, unused, unused_comm)});
+  const Tick alone = to_ticks(Seconds{time_alone(prog, 0, fused, lay_.ep, unused, unused_comm)});
+  return host_binding_.emplace(&prog, with_host > alone).first->second;
+}
+
 // One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
 void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, int mb,
                                std::vector<sim::TaskId>& tasks_out) {
@@ -211,7 +230,8 @@ void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, in
   const bool shared = shared_group(st.group, in_.simulated.locals[0]);
   if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
   // The same for every rank of the stage.
-  const Tick host = host_ticks(st, launch_ticks_, in_.scenario.simulation.fused_vector_ops, lay_.ep);
+  const bool dispatch = launch_ticks_ > 0 && host_binding(prog);
+  const Tick host = dispatch ? host_ticks(st, launch_ticks_, in_.scenario.simulation.fused_vector_ops, lay_.ep) : 0;
   for (int q = 0; q < per_stage_; ++q) {
     const int local = in_.simulated.locals[q];
     const Tick dur = step_duration(st, mb, local);
@@ -237,7 +257,7 @@ void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, in
     // The dispatch all-to-all(v) needs the tokens per expert on the host (Megatron's
     // alltoall dispatcher copies them to the CPU): the host thread waits for the router's
     // result before it can issue anything further, so it cannot run ahead past a dispatch.
-    if (launch_ticks_ > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+    if (dispatch && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
       const sim::TaskId sync =
           builder_.add_task(launch_ticks_, kLaunch, sync_label_, mb, {stream_of(stage, q, Stream::Launch)});
       if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage_ + q], sync);
