@@ -476,3 +476,35 @@ TEST_CASE("software stack: defaults only where the scenario is silent, condition
   strategies::set_fidelity(n, strategies::Fidelity::Fast);
   CHECK(strategies::to_json(strategies::simulate(n).result, n, false)["software"]["name"] == "nemo-2");
 }
+
+TEST_CASE("validate: 'full (every TransformerBlock)' is uniform full recompute; Megatron's block method is block",
+          "[validate]") {
+  json c = gpt_1t_case();
+  c["recompute"] = "full (every TransformerBlock)";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["recompute_method"] == "uniform");
+  c["recompute"] = "full, block, 8 (--recompute-granularity full --recompute-method block --recompute-num-layers 8)";
+  const json p = case_to_scenario(c).scenario["parallelism"];
+  CHECK(p["recompute_method"] == "block");
+  CHECK(p["recompute_num_layers"] == 8);
+}
+
+TEST_CASE("software stack: torchtitan's FlashAttention-2 uses the device's FA2 efficiencies", "[validate][software]") {
+  json doc = small_memory_case()["scenario"];  // H100
+  strategies::Scenario best = strategies::load_scenario(doc, "t", "");
+  doc["software"] = "torchtitan-2024";
+  strategies::Scenario fa2 = strategies::load_scenario(doc, "t", "");
+  CHECK(fa2.cluster.device.attention_fwd_efficiency == 0.374);  // FlashAttention-3 paper's FA2 figure
+  CHECK(fa2.cluster.device.attention_bwd_efficiency == 0.28);
+  CHECK(best.cluster.device.attention_fwd_efficiency == 0.6);
+  CHECK(fa2.training.workload.cross_entropy == models::CrossEntropy::PyTorch);
+  strategies::set_fidelity(best, strategies::Fidelity::Fast);
+  strategies::set_fidelity(fa2, strategies::Fidelity::Fast);
+  CHECK(strategies::simulate(fa2).result.step_time_s > strategies::simulate(best).result.step_time_s);
+  // A device without FA2 figures refuses it by name.
+  doc["cluster"] = {{"preset", "atlas-800t-a2"}, {"devices", 16}};
+  doc.erase("software");
+  doc["training"]["attention_kernel"] = "flash2";
+  CHECK_THROWS_WITH(strategies::load_scenario(doc, "t", ""),
+                    Catch::Contains("/training/attention_kernel") && Catch::Contains("attention_efficiency_fa2") &&
+                        Catch::Contains("ascend-910b2"));
+}

@@ -76,6 +76,14 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
   } else {
     diag.error(r.child_pointer("attention_efficiency"), "", "is required ({\"forward\": f, \"backward\": b})");
   }
+  // FlashAttention-2's kernels (PyTorch SDPA's flash backend), where a framework uses them
+  // instead of the device's best attention kernel (training.attention_kernel "flash2").
+  if (const auto* ae = r.get({"attention_efficiency_fa2"})) {
+    ObjectReader a(*ae, r.child_pointer("attention_efficiency_fa2"), diag);
+    d.attention_fa2_fwd_efficiency = a.number({"forward"}, 0.5, 0.01, 1.0);
+    d.attention_fa2_bwd_efficiency = a.number({"backward"}, d.attention_fa2_fwd_efficiency * 0.75, 0.01, 1.0);
+    a.finish();
+  }
   if (const auto* hbm = r.get({"hbm"})) {
     ObjectReader h(*hbm, r.child_pointer("hbm"), diag);
     d.hbm_capacity = Bytes{h.required_quantity({"capacity"}, Dimension::Bytes, 1.0)};

@@ -392,6 +392,8 @@ ConvertedCase case_to_scenario(const json& c) {
     stack = "nemo-2-perf";  // distributed optimizer, DP and TP overlap, BF16 gradients
   else if (category.rfind("nemo", 0) == 0)
     stack = "nemo-2";
+  else if (category.rfind("torchtitan", 0) == 0)
+    stack = "torchtitan-2024";  // FlashAttention-2 through SDPA, PyTorch cross-entropy
   else if (category.rfind("ascend_mindspeed", 0) == 0 && (year == 0 || year <= 2024))
     stack = "mindspeed-llm-2024";  // routing weights applied to the expert outputs
   if (!stack.empty()) {
@@ -473,7 +475,10 @@ ConvertedCase case_to_scenario(const json& c) {
   const std::string rec = lower(text_of(c, "recompute"));
   if (rec.rfind("full", 0) == 0 || has(rec, "full activation recomputation")) {
     p["recompute_granularity"] = "full";
-    p["recompute_method"] = has(rec, "block") ? "block" : "uniform";
+    // "block" as Megatron's method ("full, block, N" or "--recompute-method block"), not as
+    // in "every TransformerBlock".
+    const bool block = has(rec, "block,") || has(rec, "method block");
+    p["recompute_method"] = block ? "block" : "uniform";
     p["recompute_num_layers"] = find_int_after(rec, "block,").value_or(1);
     if (has(rec, "activation-function")) notes.push_back("activation-function recomputation beside full recompute ignored");
   } else if (has(rec, "selective")) {

@@ -232,8 +232,9 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
   t.global_batch_size = r.required_integer({"global_batch_size", "gbs"}, 1, 1LL << 40);
   const std::string prec = r.string({"precision"}, "bf16", {"bf16", "fp16", "fp8"});
   t.precision = prec == "fp8" ? models::Precision::FP8 : prec == "fp16" ? models::Precision::FP16 : models::Precision::BF16;
-  const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "unfused"});
+  const std::string kernel = r.string({"attention_kernel"}, "flash", {"flash", "flash2", "unfused"});
   t.workload.attention = kernel == "unfused" ? models::AttentionKernel::Unfused : models::AttentionKernel::Flash;
+  t.flash2 = kernel == "flash2";
   t.workload.dropout = r.number({"dropout"}, 0.0, 0.0, 0.99);
   const std::string ce = r.string({"cross_entropy"}, "fused", {"fused", "pytorch", "compiled"});
   t.workload.cross_entropy = ce == "pytorch"    ? models::CrossEntropy::PyTorch
@@ -653,7 +654,7 @@ void apply_software(const nlohmann::json& spec, nlohmann::json& par, nlohmann::j
     section[key] = value;
     sw.applied.push_back(std::string(key) + "=" + value.dump());
   };
-  if (auto v = r.opt_string({"attention_kernel"}, std::initializer_list<std::string_view>{"flash", "unfused"}))
+  if (auto v = r.opt_string({"attention_kernel"}, std::initializer_list<std::string_view>{"flash", "flash2", "unfused"}))
     set_default(training, "attention_kernel", *v);
   if (r.has({"dropout"})) set_default(training, "dropout", r.number({"dropout"}, 0.0, 0.0, 0.99));
   if (auto v = r.opt_string({"cross_entropy"}, std::initializer_list<std::string_view>{"fused", "pytorch", "compiled"}))
@@ -722,6 +723,18 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
   check_device_support(s, diag);
+  // FlashAttention-2: the device's measured FA2 efficiencies replace its best kernel's.
+  if (s.training.flash2) {
+    auto& d = s.cluster.device;
+    if (d.attention_fa2_fwd_efficiency <= 0)
+      diag.error("/training/attention_kernel", "\"flash2\"",
+                 "needs the device's FlashAttention-2 efficiencies (attention_efficiency_fa2), which " + d.name +
+                     " does not have");
+    else {
+      d.attention_fwd_efficiency = d.attention_fa2_fwd_efficiency;
+      d.attention_bwd_efficiency = d.attention_fa2_bwd_efficiency;
+    }
+  }
   // Divisibility is checked whenever model and cluster were readable, so that every problem
   // is reported in one go.
   if (s.model.num_layers > 0 && s.cluster.devices > 0 && s.model.heads > 0)

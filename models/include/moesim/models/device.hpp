@@ -45,6 +45,9 @@ struct DeviceSpec {
   double gemm_k_overhead = 128;  ///< elements
   double attention_fwd_efficiency = 0.5;
   double attention_bwd_efficiency = 0.4;
+  /// FlashAttention-2 (PyTorch SDPA) efficiencies; 0: not known for this device.
+  double attention_fa2_fwd_efficiency = 0;
+  double attention_fa2_bwd_efficiency = 0;
   Bytes hbm_capacity{0};
   BytesPerSecond hbm_bandwidth{0};
   double hbm_efficiency = 0.8;

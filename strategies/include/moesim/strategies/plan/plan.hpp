@@ -157,6 +157,7 @@ struct TrainingSpec {
   std::int64_t global_batch_size = 1;
   models::Precision precision = models::Precision::BF16;
   models::WorkloadOptions workload;  ///< attention kernel, dropout
+  bool flash2 = false;  ///< attention_kernel "flash2": the device's FlashAttention-2 efficiencies
   [[nodiscard]] double tokens_per_step() const {
     return static_cast<double>(seq_length) * static_cast<double>(global_batch_size);
   }
