@@ -32,10 +32,10 @@ std::vector<FitGroup> fit_groups() {
       {"a100", "dgx-a100", "", {gemm, hbm}},
       {"h100-bf16", "dgx-h100", "bf16", {gemm, host}},
       {"h100-fp8", "dgx-h100", "fp8", {fp8}},
-      {"b200-bf16", "dgx-b200", "bf16", {gemm}},
-      {"b200-fp8", "dgx-b200", "fp8", {fp8}},
-      {"gb200-bf16", "gb200-nvl72", "bf16", {gemm}},
-      {"gb200-fp8", "gb200-nvl72", "fp8", {fp8}},
+      {"b200-bf16", "dgx-b200", "bf16", {gemm, host}},
+      {"b200-fp8", "dgx-b200", "fp8", {fp8, host}},
+      {"gb200-bf16", "gb200-nvl72", "bf16", {gemm, host}},
+      {"gb200-fp8", "gb200-nvl72", "fp8", {fp8, host}},
       {"atlas-800t-a2", "atlas-800t-a2", "", {gemm, host}},
   };
 }
