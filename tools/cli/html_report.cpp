@@ -644,6 +644,12 @@ std::string section_plans(const HtmlReportInput& in) {
                    "event-simulated; ranked by {}.</p>\n",
                    grouped(r.space_size), grouped(static_cast<double>(r.valid)), grouped(static_cast<double>(r.screened_fit)),
                    r.simulated + r.resumed, strategies::objective_name(r.objective));
+  if (r.error_band)
+    h += fmt::format("<p class=\"note\">Step times are typically within ±{:.0f}% (68% of {} published {}runs predicted "
+                     "within this, each source with device parameters fitted on the others); differences between plans "
+                     "smaller than that are still ranked by the same model.</p>\n",
+                     r.error_band->within_pct, r.error_band->runs,
+                     r.error_band->scope == "all" ? "" : html_escape(r.error_band->scope) + " ");
   if (r.ranked.empty()) return h + "<p class=\"warn\">No simulated plan fits in memory.</p>\n</section>\n";
   h += "<table>\n<tr><th class=\"n\">rank</th><th>plan</th><th class=\"n\">tokens/s</th><th class=\"n\">MFU</th>"
        "<th class=\"n\">step s</th><th class=\"n\">free GiB</th><th>bottleneck</th></tr>\n";

@@ -170,6 +170,12 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
   o += fmt::format("space {:.0f} plans, {} divide, {} estimated to fit; {} event-simulated{}; objective {}\n\n",
                    r.space_size, r.valid, r.screened_fit, r.simulated,
                    r.resumed ? fmt::format(" (+{} resumed)", r.resumed) : std::string(), objective_name(r.objective));
+  if (r.error_band) {
+    o.pop_back();  // the blank line goes after the band
+    o += fmt::format("step times typically within ±{:.0f}% ({} published {}runs, leave-one-source-out)\n\n",
+                     r.error_band->within_pct, r.error_band->runs,
+                     r.error_band->scope == "all" ? "" : r.error_band->scope + " ");
+  }
   o += fmt::format("  {:>4}  {:<50} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
                    "step s", "free GiB", "bottleneck", "est. s");
   for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {

@@ -310,6 +310,7 @@ void rank_results(const std::vector<RankedPlan>& results, SearchReport& rep) {
 SearchReport search(const Scenario& base, const SearchSpace& space, const SearchOptions& opt) {
   SearchReport rep;
   rep.objective = space.objective;
+  rep.error_band = error_band_for(base.cluster.name);
   rep.space_size = space.size();
   const int threads = opt.threads > 0 ? opt.threads : hardware_threads();
   rep.threads = threads;
@@ -342,6 +343,12 @@ nlohmann::json to_json(const SearchReport& r, int top) {
   j["simulated"] = r.simulated;
   j["resumed"] = r.resumed;
   j["objective"] = objective_name(r.objective);
+  if (r.error_band)
+    j["step_time_error_band"] = {{"within_pct", r.error_band->within_pct},
+                                 {"runs", r.error_band->runs},
+                                 {"scope", r.error_band->scope},
+                                 {"basis", "68% of published runs predicted within this by leave-one-source-out "
+                                           "cross-validation"}};
   auto entry = [](const RankedPlan& p, int rank) {
     nlohmann::json e = result_json(p);
     e["rank"] = rank;

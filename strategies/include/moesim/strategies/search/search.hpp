@@ -100,6 +100,8 @@ struct SearchReport {
   double screening_s = 0, simulation_s = 0;
   int threads = 1;
   Objective objective = Objective::TokensPerSecond;
+  /// The cluster's cross-validated step-time error band (every ranked step time carries it).
+  std::optional<ErrorBand> error_band;
 };
 
 SearchReport search(const Scenario& base, const SearchSpace& space, const SearchOptions& opt);
