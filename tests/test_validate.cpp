@@ -508,3 +508,14 @@ TEST_CASE("software stack: torchtitan's FlashAttention-2 uses the device's FA2 e
                     Catch::Contains("/training/attention_kernel") && Catch::Contains("attention_efficiency_fa2") &&
                         Catch::Contains("ascend-910b2"));
 }
+
+TEST_CASE("validate: BLOOM's Jean Zay nodes are their own cluster (four Omni-Path links per node)", "[validate]") {
+  json c = gpt_1t_case();
+  c["hardware"]["device"] = "NVIDIA A100 SXM 80GB (Jean Zay gpu_p5: 8 GPUs/node, NVLink, 4x Omni-Path 100 Gb/s per node)";
+  const json s = case_to_scenario(c).scenario;
+  CHECK(s["cluster"]["preset"] == "jean-zay-a100");
+  const strategies::Scenario sc = strategies::load_scenario(s, "t", "");
+  CHECK(sc.cluster.nics_per_node == 4);
+  CHECK(sc.cluster.nic_bandwidth.value() == Approx(100e9 / 8));
+  CHECK(sc.cluster.device.name == "a100-sxm-80gb");  // the same device: the same fit group
+}

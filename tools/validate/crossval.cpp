@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "moesim/strategies/output/simulate.hpp"
+#include "moesim/models/presets.hpp"
 #include "moesim/topologies/topology.hpp"
 
 namespace moesim::tools {
@@ -29,14 +30,14 @@ std::vector<FitGroup> fit_groups() {
   // micro-benchmarks in the device presets (fitted, it moved only the long-context source).
   const FitParam host{"host_op_time", 0.0, 150e-6, 20e-6, false, 4};
   return {
-      {"a100", "dgx-a100", "", {gemm, hbm}},
-      {"h100-bf16", "dgx-h100", "bf16", {gemm, host}},
-      {"h100-fp8", "dgx-h100", "fp8", {fp8}},
-      {"b200-bf16", "dgx-b200", "bf16", {gemm, host}},
-      {"b200-fp8", "dgx-b200", "fp8", {fp8, host}},
-      {"gb200-bf16", "gb200-nvl72", "bf16", {gemm, host}},
-      {"gb200-fp8", "gb200-nvl72", "fp8", {fp8, host}},
-      {"atlas-800t-a2", "atlas-800t-a2", "", {gemm, host}},
+      {"a100", "a100-sxm-80gb", "", {gemm, hbm}},
+      {"h100-bf16", "h100-sxm-80gb", "bf16", {gemm, host}},
+      {"h100-fp8", "h100-sxm-80gb", "fp8", {fp8}},
+      {"b200-bf16", "b200-sxm-180gb", "bf16", {gemm, host}},
+      {"b200-fp8", "b200-sxm-180gb", "fp8", {fp8, host}},
+      {"gb200-bf16", "gb200-gpu", "bf16", {gemm, host}},
+      {"gb200-fp8", "gb200-gpu", "fp8", {fp8, host}},
+      {"atlas-800t-a2", "ascend-910b2", "", {gemm, host}},
   };
 }
 
@@ -197,8 +198,14 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
     c.preset_s = o->predicted_s;
     c.preset_error_pct = o->error_pct;
     const std::string prec = precision_of(o->scenario);
+    std::string device;  // the case's device preset (a cluster preset may name another machine's device)
+    {
+      Diagnostics d("cross-validation");
+      const auto spec = topologies::load_cluster(o->scenario["cluster"], "/cluster", d);
+      if (d.ok()) device = spec.device.name;
+    }
     for (std::size_t g = 0; g < groups.size(); ++g)
-      if (groups[g].cluster == c.cluster && (groups[g].precision.empty() || groups[g].precision == prec)) {
+      if (groups[g].device == device && (groups[g].precision.empty() || groups[g].precision == prec)) {
         c.group = groups[g].name;
         grids[g].cases.push_back(cv.cases.size());
         break;
@@ -211,18 +218,16 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
     std::size_t grid, member, cell;
   };
   std::vector<Job> jobs;
-  std::map<std::string, std::string> device_of;  // cluster preset -> its device preset
-  std::map<std::string, double> attention_ratio;
+  std::map<std::string, double> attention_ratio;  // device preset -> backward / forward attention efficiency
   for (std::size_t g = 0; g < grids.size(); ++g) {
     auto& gr = grids[g];
     gr.times.assign(gr.cases.size(), std::vector<double>(gr.cells(), std::numeric_limits<double>::quiet_NaN()));
     for (std::size_t k = 0; k < gr.cases.size(); ++k)
       for (std::size_t cell = 0; cell < gr.cells(); ++cell) jobs.push_back({g, k, cell});
     Diagnostics d("cross-validation");
-    const auto spec = topologies::load_cluster(json{{"preset", groups[g].cluster}, {"devices", 8}}, "/cluster", d);
+    const auto dev = models::load_device(json(groups[g].device), "/device", d);
     if (!d.ok()) continue;
-    device_of[groups[g].cluster] = spec.device.name;
-    attention_ratio[groups[g].cluster] = spec.device.attention_bwd_efficiency / spec.device.attention_fwd_efficiency;
+    attention_ratio[groups[g].device] = dev.attention_bwd_efficiency / dev.attention_fwd_efficiency;
   }
   std::map<std::string, const CaseOutcome*> by_id;
   for (const CaseOutcome* o : outcomes) by_id[o->id] = o;
@@ -248,13 +253,13 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
         json doc = o.scenario;
         Diagnostics sd(o.file);
         for (const auto& ov : vopt.overrides) apply_override(doc, ov, sd);
-        apply_override(doc, "cluster.device.preset=\"" + device_of.at(c.cluster) + "\"", sd);
+        apply_override(doc, "cluster.device.preset=\"" + gr.group->device + "\"", sd);
         for (std::size_t a = 0; a < x.size(); ++a) {
           const std::string& key = gr.group->params[a].key;
           if (key == "attention_efficiency") {
             apply_override(doc, "cluster.device.attention_efficiency.forward=" + num(x[a]), sd);
             apply_override(doc, "cluster.device.attention_efficiency.backward=" +
-                                    num(x[a] * attention_ratio.at(c.cluster)), sd);
+                                    num(x[a] * attention_ratio.at(gr.group->device)), sd);
           } else if (key == "host_op_time") {
             apply_override(doc, "cluster.device.host_op_time=\"" + num(x[a] * 1e6) + "us\"", sd);
           } else {

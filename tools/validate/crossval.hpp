@@ -6,7 +6,7 @@
 //   CrossValidation cv = cross_validate(base, fit_groups(), {.threads = 2});
 //   cv.all.mean_abs_pct;                                     // the number the README reports
 //
-// Each fit group is one device (a cluster preset) and training precision with at most two
+// Each fit group is one device preset and training precision with at most two
 // physical parameters (GEMM efficiency, HBM or attention efficiency, host time per operator).
 // Every case of a group is simulated on a small grid of its parameters (3 points for an
 // efficiency, evenly spaced in 1/efficiency, where a compute-bound step time is linear; 4 for a
@@ -43,7 +43,7 @@ struct FitParam {
 
 struct FitGroup {
   std::string name;       ///< e.g. "h100-bf16"
-  std::string cluster;    ///< cluster preset the cases run on
+  std::string device;     ///< device preset the cases run on (whatever the cluster)
   std::string precision;  ///< "bf16", "fp16", "fp8"; empty: any
   std::vector<FitParam> params;
 };

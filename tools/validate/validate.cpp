@@ -328,6 +328,7 @@ ConvertedCase case_to_scenario(const json& c) {
   else if (has(dev, "B200")) cluster = "dgx-b200";
   else if (has(dev, "H100")) cluster = "dgx-h100";
   else if (has(dev, "H800")) cluster = "dgx-h800";
+  else if (has(dev, "A100") && has(dev, "Jean Zay")) cluster = "jean-zay-a100";  // BLOOM's machine
   else if (has(dev, "A100")) cluster = "dgx-a100";
   else if (has(dev, "Ascend") || has(dev, "Atlas") || has(dev, "910B")) cluster = "atlas-800t-a2";
   else {
