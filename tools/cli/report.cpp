@@ -24,6 +24,12 @@ const char* recompute_name(strategies::Recompute r) {
   return "";
 }
 
+/// "33 published atlas-800t-a2 runs, leave-one-source-out": what a band stands on (the scope is
+/// left out when the band is the overall one).
+std::string band_basis(const strategies::ErrorBand& b) {
+  return fmt::format("{} published {}runs, leave-one-source-out", b.runs, b.scope == "all" ? "" : b.scope + " ");
+}
+
 }  // namespace
 
 std::string human_count(double x) {
@@ -67,8 +73,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   o += fmt::format("moesim {}: {}\n\n", strategies::kVersion, format_plan_line(s));
   o += fmt::format("  {:<22}{:.3f} s", "step time", r.step_time_s);
   if (r.error_band)
-    o += fmt::format("  (typically within ±{:.0f}%: {} published {}runs, leave-one-source-out)", r.error_band->within_pct,
-                     r.error_band->runs, r.error_band->scope == "all" ? "" : r.error_band->scope + " ");
+    o += fmt::format("  (typically within ±{:.0f}%: {})", r.error_band->within_pct, band_basis(*r.error_band));
   o += "\n";
   o += fmt::format("  {:<22}{}tokens/s ({:.1f} per device)\n", "throughput", human(r.tokens_per_s),
                    r.tokens_per_s_per_device);
@@ -172,9 +177,8 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
                    r.resumed ? fmt::format(" (+{} resumed)", r.resumed) : std::string(), objective_name(r.objective));
   if (r.error_band) {
     o.pop_back();  // the blank line goes after the band
-    o += fmt::format("step times typically within ±{:.0f}% ({} published {}runs, leave-one-source-out)\n\n",
-                     r.error_band->within_pct, r.error_band->runs,
-                     r.error_band->scope == "all" ? "" : r.error_band->scope + " ");
+    o += fmt::format("step times typically within ±{:.0f}% ({})\n\n", r.error_band->within_pct,
+                     band_basis(*r.error_band));
   }
   o += fmt::format("  {:>4}  {:<50} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
                    "step s", "free GiB", "bottleneck", "est. s");

@@ -81,9 +81,10 @@ class Emitter {
   sim::TaskGraphBuilder& builder_;
   int pp_, vpp_, m_, per_stage_;
   Tick launch_ticks_;
-  /// Per program: whether host dispatch can gate it (see host_binding()).
-  std::unordered_map<const Program*, bool> host_binding_;
-  bool host_binding(const Program& prog);
+  /// Per program: what its launches add to it timed alone (see host_extra()).
+  std::unordered_map<const Program*, Tick> host_extra_;
+  Tick host_extra(const Program& prog);              ///< cached by program
+  Tick host_extra_alone(const Program& prog) const;  ///< computed
   double swap_seconds_ = 0;  ///< seconds per byte of a chunk's activations swapped one way (0: none)
   double host_bw_ = 0;
   Phase grads_done_ = Phase::Backward;
@@ -124,15 +125,8 @@ void Emitter::merge_fast_programs() {
 
 void Emitter::merge_fast(Program& prog, const char* pass, int c) {
   if (prog.steps.empty()) return;
-  const bool fused = in_.scenario.simulation.fused_vector_ops;
-  Tick host_extra = 0;
-  if (launch_ticks_ > 0) {
-    double unused = 0;
-    std::array<double, kNumCats> unused_comm{};
-    const double with_host = time_alone(prog, launch_ticks_, fused, lay_.ep, unused, unused_comm);
-    const double alone = time_alone(prog, 0, fused, lay_.ep, unused, unused_comm);
-    host_extra = std::max<Tick>(0, to_ticks(Seconds{with_host}) - to_ticks(Seconds{alone}));
-  }
+  // The merged program replaces `prog`: measure it uncached (the cache is keyed by address).
+  const Tick host_added = host_extra_alone(prog);
   Program merged;
   std::array<Tick, kNumCats> by_cat{};
   std::array<GroupKind, kNumCats> grp{};
@@ -145,9 +139,9 @@ void Emitter::merge_fast(Program& prog, const char* pass, int c) {
   double flops = 0;
   for (const Step& st : prog.steps) flops += st.flops;
   int last = -1;
-  if (host_extra > 0) {
+  if (host_added > 0) {
     Step st;
-    st.duration = host_extra;
+    st.duration = host_added;
     st.cat = kLaunch;
     st.stream = Stream::Compute;
     st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + ".host_bound");
@@ -208,19 +202,26 @@ Tick Emitter::step_duration(const Step& st, int mb, int local) {
   return st.duration;
 }
 
-// Host dispatch is simulated (a launch task gating every kernel, a sync before each dispatch)
-// only for programs the host can gate: timed alone, the pass takes longer with its launches
-// than without. A pass whose kernels outlast their launches keeps the host ahead, and its
-// launch tasks would only double the graph (the 718B's: 337k -> 625k tasks for the same step).
-bool Emitter::host_binding(const Program& prog) {
-  auto it = host_binding_.find(&prog);
-  if (it != host_binding_.end()) return it->second;
+// What host dispatch adds to a pass timed alone (0 without host dispatch). Fast fidelity adds it
+// as one task; the detailed fidelities simulate host dispatch (a launch task gating every kernel,
+// a sync before each dispatch) only for passes where it is positive: a pass whose kernels outlast
+// their launches keeps the host ahead, and its launch tasks would only double the graph (the
+// 718B's: 337k -> 625k tasks for the same step).
+Tick Emitter::host_extra(const Program& prog) {
+  if (launch_ticks_ <= 0) return 0;
+  auto it = host_extra_.find(&prog);
+  if (it != host_extra_.end()) return it->second;
+  return host_extra_.emplace(&prog, host_extra_alone(prog)).first->second;
+}
+
+Tick Emitter::host_extra_alone(const Program& prog) const {
+  if (launch_ticks_ <= 0) return 0;
   const bool fused = in_.scenario.simulation.fused_vector_ops;
   double unused = 0;
   std::array<double, kNumCats> unused_comm{};
-  const Tick with_host = to_ticks(Seconds{time_alone(prog, launch_ticks_, fused, lay_.ep, unused, unused_comm)});
-  const Tick alone = to_ticks(Seconds{time_alone(prog, 0, fused, lay_.ep, unused, unused_comm)});
-  return host_binding_.emplace(&prog, with_host > alone).first->second;
+  const double with_host = time_alone(prog, launch_ticks_, fused, lay_.ep, unused, unused_comm);
+  const double alone = time_alone(prog, 0, fused, lay_.ep, unused, unused_comm);
+  return std::max<Tick>(0, to_ticks(Seconds{with_host}) - to_ticks(Seconds{alone}));
 }
 
 // One step of a program for every simulated rank of the stage (tasks_out[step][rank]).
@@ -230,7 +231,7 @@ void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, in
   const bool shared = shared_group(st.group, in_.simulated.locals[0]);
   if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
   // The same for every rank of the stage.
-  const bool dispatch = launch_ticks_ > 0 && host_binding(prog);
+  const bool dispatch = host_extra(prog) > 0;
   const Tick host = dispatch ? host_ticks(st, launch_ticks_, in_.scenario.simulation.fused_vector_ops, lay_.ep) : 0;
   for (int q = 0; q < per_stage_; ++q) {
     const int local = in_.simulated.locals[q];

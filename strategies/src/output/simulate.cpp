@@ -508,18 +508,20 @@ std::optional<ErrorBand> error_band_for(const std::string& cluster_preset) {
   return ErrorBand{b[scope].value("within_pct", 0.0), b[scope].value("cases", 0), scope};
 }
 
+nlohmann::json to_json(const ErrorBand& b) {
+  return {{"within_pct", b.within_pct},
+          {"runs", b.runs},
+          {"scope", b.scope},
+          {"basis", "68% of published runs predicted within this by leave-one-source-out cross-validation"}};
+}
+
 nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_time) {
   using nlohmann::json;
   json j = json::object();
   j["feasible"] = r.feasible;
   j["infeasible_reason"] = r.feasible ? json(nullptr) : json(r.infeasible_reason);
   j["step_time_s"] = r.step_time_s;
-  if (r.error_band)
-    j["step_time_error_band"] = {{"within_pct", r.error_band->within_pct},
-                                 {"runs", r.error_band->runs},
-                                 {"scope", r.error_band->scope},
-                                 {"basis", "68% of published runs predicted within this by leave-one-source-out "
-                                           "cross-validation"}};
+  if (r.error_band) j["step_time_error_band"] = to_json(*r.error_band);
   if (!s.software.name.empty())
     j["software"] = {{"name", s.software.name},
                      {"framework", s.software.framework},

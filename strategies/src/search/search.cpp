@@ -343,12 +343,7 @@ nlohmann::json to_json(const SearchReport& r, int top) {
   j["simulated"] = r.simulated;
   j["resumed"] = r.resumed;
   j["objective"] = objective_name(r.objective);
-  if (r.error_band)
-    j["step_time_error_band"] = {{"within_pct", r.error_band->within_pct},
-                                 {"runs", r.error_band->runs},
-                                 {"scope", r.error_band->scope},
-                                 {"basis", "68% of published runs predicted within this by leave-one-source-out "
-                                           "cross-validation"}};
+  if (r.error_band) j["step_time_error_band"] = to_json(*r.error_band);
   auto entry = [](const RankedPlan& p, int rank) {
     nlohmann::json e = result_json(p);
     e["rank"] = rank;

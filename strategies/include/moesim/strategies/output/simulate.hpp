@@ -66,6 +66,8 @@ struct ErrorBand {
 /// The band for a cluster preset name (the overall band for others), or nullopt when the
 /// library carries no bands.
 std::optional<ErrorBand> error_band_for(const std::string& cluster_preset);
+/// The band as results print it in JSON ("step_time_error_band").
+nlohmann::json to_json(const ErrorBand& b);
 
 struct Result {
   bool feasible = true;
