@@ -624,7 +624,7 @@ void apply_software(const nlohmann::json& spec, nlohmann::json& par, nlohmann::j
       if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      diag.error(spec.is_string() ? at : at + "/preset", "\"" + preset + "\"", msg + ". Known: " + known);
+      diag.error(spec.is_string() ? at : at + "/preset", "\"" + preset + "\"", msg + " Known: " + known);
       return;
     }
     Diagnostics pd("models/presets/software/" + preset + ".json");
