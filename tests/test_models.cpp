@@ -152,3 +152,33 @@ TEST_CASE("models: GEMM efficiency follows tile and wave quantisation", "[models
   CHECK(cm.gemm(1, 8192, 8192, Precision::BF16).value() ==
         Approx(std::max(t_compute, t_memory) + d.kernel_overhead.value()));
 }
+
+TEST_CASE("models: a power limit below the rating slows tensor work by the cube-law clock", "[models][compute]") {
+  Diagnostics diag("t");
+  const DeviceSpec rated = load_device("h100-sxm-80gb", "/d", diag);
+  REQUIRE(diag.ok());
+  CHECK(rated.clock_fraction() == 1.0);  // no limit: the rated clock
+  DeviceSpec capped = load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "power": {"limit_watts": 500}})"),
+                                  "/d", diag);
+  REQUIRE(diag.ok());
+  // 700 W rated, 100 W static: the clock settles where 100 + 600 (f/f0)^3 = 500 W.
+  const double f = std::cbrt(400.0 / 600.0);
+  CHECK(capped.clock_fraction() == Approx(f));
+  CHECK(f == Approx(0.8736).epsilon(1e-3));
+  // A compute-bound GEMM takes 1/f as long (less the fixed kernel overhead); a streaming
+  // operator (HBM-bound) does not change; MFU's peak stays the datasheet one.
+  const ComputeModel a(rated), b(capped);
+  const double o = rated.kernel_overhead.value();
+  CHECK((b.gemm(8192, 8192, 8192, Precision::BF16).value() - o) ==
+        Approx((a.gemm(8192, 8192, 8192, Precision::BF16).value() - o) / f));
+  CHECK(b.memory_bound(Bytes{1e9}).value() == Approx(a.memory_bound(Bytes{1e9}).value()));
+  CHECK(capped.mfu_peak(Precision::BF16).value() == rated.mfu_peak(Precision::BF16).value());
+  // A limit at or above the rating does nothing; one at or below the static power is refused.
+  DeviceSpec over = load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "power": {"limit_watts": 800}})"),
+                                "/d", diag);
+  CHECK(over.clock_fraction() == 1.0);
+  Diagnostics bad("t");
+  (void)load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "power": {"limit_watts": 90}})"), "/d", bad);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.list().front().pointer == "/d/power/limit_watts");
+}

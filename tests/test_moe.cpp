@@ -241,7 +241,7 @@ TEST_CASE("placement: load-aware rebalancing and redundant experts even out a sk
   CHECK(never.step_time_s == st.step_time_s);
 }
 
-TEST_CASE("packed documents: attention follows the documents; reordering balances the data-parallel ranks",
+TEST_CASE("packed documents: attention follows the documents, reordering balances the data-parallel ranks",
           "[moe][documents]") {
   auto with_docs = [](nlohmann::json docs) {
     nlohmann::json j = nlohmann::json::parse(kSmallMoe);

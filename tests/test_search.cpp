@@ -109,7 +109,7 @@ std::string resume_error(const Scenario& s, const std::string& file) {
 }
 }  // namespace
 
-TEST_CASE("search: --resume continues an interrupted journal; its cut last line is removed, not glued to", "[search]") {
+TEST_CASE("search: --resume continues an interrupted journal, its cut last line is removed, not glued to", "[search]") {
   const Scenario s = small();
   const SearchSpace space = parse_search_space(s);
   const std::string dir = test_dir("resume_partial");
@@ -141,7 +141,7 @@ TEST_CASE("search: --resume continues an interrupted journal; its cut last line 
   CHECK(resume_error(s, file).empty());  // and it resumes again, reusing everything
 }
 
-TEST_CASE("search: a finished results file is resumed with other axes or top_k; its result lines are reused",
+TEST_CASE("search: a finished results file is resumed with other axes or top_k, its result lines are reused",
           "[search]") {
   const std::string file = test_dir("resume_axes") + "/results.jsonl";
   const Scenario s = small();

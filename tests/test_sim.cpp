@@ -157,7 +157,7 @@ TEST_CASE("engine: ties resolve deterministically in insertion order", "[sim][en
   }
 }
 
-TEST_CASE("engine: a link serialises tasks of different streams; a task needs all its resources", "[sim][engine]") {
+TEST_CASE("engine: a link serialises tasks of different streams, a task needs all its resources", "[sim][engine]") {
   TaskGraphBuilder b({"x"});
   const auto s0 = b.add_resource("a", 0, ResourceKind::Stream);
   const auto s1 = b.add_resource("b", 1, ResourceKind::Stream);
@@ -242,7 +242,7 @@ TEST_CASE("flows: max-min sharing on a hand-worked three-flow example", "[sim][f
   CHECK(r.recomputations == 3);  // start; flow 2 ends; flow 1 ends
 }
 
-TEST_CASE("flows: N flows into one port take N times one flow; late flows share from their release",
+TEST_CASE("flows: N flows into one port take N times one flow, late flows share from their release",
           "[sim][flow]") {
   // Links 0..7: senders' uplinks (25 GB/s); link 8: the receiver's port (25 GB/s).
   auto incast = [](int n) {
@@ -285,7 +285,7 @@ TEST_CASE("units: tick arithmetic saturates at the horizon instead of wrapping",
   CHECK(to_seconds(kMaxTick).value() / 86400 == Approx(26.69).epsilon(1e-3));
 }
 
-TEST_CASE("engine: a task that would end past the horizon stops the run and is named; no time wraps",
+TEST_CASE("engine: a task that would end past the horizon stops the run and is named, no time wraps",
           "[sim][engine][integrity]") {
   TaskGraphBuilder b({"c"});
   const ResourceId s = b.add_resource("r0/compute", 0, ResourceKind::Stream);

@@ -510,7 +510,7 @@ TEST_CASE("swap: activations in host memory lower peak memory by the swapped byt
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/parallelism/swap_activations"));
 }
 
-TEST_CASE("host dispatch: short kernels leave the device waiting for the host; fusing vector ops cuts launches",
+TEST_CASE("host dispatch: short kernels leave the device waiting for the host, fusing vector ops cuts launches",
           "[strategies][host]") {
   const char* base = R"({
     "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
@@ -519,6 +519,9 @@ TEST_CASE("host dispatch: short kernels leave the device waiting for the host; f
     "training": {"seq_length": 256, "global_batch_size": 8},
     "parallelism": {"tp": 1, "pp": 1, "mbs": 1}})";
   nlohmann::json j = nlohmann::json::parse(base);
+  // The 910B2 preset carries a calibrated host time per operator: a host that keeps up is
+  // asked for explicitly.
+  j["simulation"] = {{"host_dispatch", {{"launch_overhead", "0us"}}}};
   const Simulation fast_host = simulate(load_scenario(j, "t.json", ""));
   j["simulation"] = {{"host_dispatch", {{"launch_overhead", "200us"}}}};
   const Simulation slow_host = simulate(load_scenario(j, "t.json", ""));
@@ -542,11 +545,13 @@ TEST_CASE("host dispatch: short kernels leave the device waiting for the host; f
   // Fused vector operators: fewer launches, a shorter step.
   CHECK(launches(fused) < n);
   CHECK(fused.result.step_time_s < slow_host.result.step_time_s);
+  // Without a calibrated host time (the A100 preset has none) host dispatch needs one.
+  j["cluster"] = {{"preset", "dgx-a100"}, {"devices", 8}};
   j["simulation"]["host_dispatch"] = {{"fused_vector_ops", true}};
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/simulation/host_dispatch/launch_overhead"));
 }
 
-TEST_CASE("host dispatch: the device's host time per operator is the default; grouped expert GEMMs launch per local expert",
+TEST_CASE("host dispatch: the device's host time per operator is the default, grouped expert GEMMs launch per local expert",
           "[strategies][host][moe]") {
   // A small Qwen3-MoE on one DGX H100 node, one micro-batch per rank (8 ranks, global batch 8).
   nlohmann::json j = nlohmann::json::parse(R"({
@@ -607,6 +612,45 @@ TEST_CASE("host dispatch: the device's host time per operator is the default; gr
   bad["device"] = {{"preset", "h100-sxm-80gb"}, {"host_op_time", -1.0}};
   j["cluster"] = bad;
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("host_op_time"));
+}
+
+TEST_CASE("host dispatch: a dropless dispatch waits for the token counts, drop-and-pad does not",
+          "[strategies][host][moe]") {
+  // The small Qwen3-MoE of the test above, 2 MoE layers, 2 micro-batches per rank.
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+              "moe_intermediate_size": 128, "num_experts": 16, "num_experts_per_tok": 2,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64,
+              "vocab_size": 1024},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 256, "global_batch_size": 16},
+    "parallelism": {"tp": 1, "pp": 1, "mbs": 1, "ep": 8},
+    "simulation": {"host_dispatch": {"launch_overhead": "1ms"}}})");
+  auto syncs = [](const Simulation& s) {  // host waits of the first simulated rank
+    std::size_t n = 0;
+    const auto& g = s.lowered.graph;
+    for (sim::TaskId id : g.stream_order(s.lowered.ranks[0].streams[static_cast<int>(Stream::Launch)]))
+      if (g.label_text(g.label(id)) == "host_sync.tokens_per_expert") ++n;
+    return n;
+  };
+  const Simulation dropless = simulate(load_scenario(j, "t.json", ""));
+  // One wait per MoE layer and micro-batch before the forward dispatch, and one before the
+  // backward's all-to-all to the experts (docs/NOTES.md, "Dropless MoE"): 2 layers x 2
+  // micro-batches x 2 passes.
+  CHECK(syncs(dropless) == 2 * 2 * 2);
+  // Megatron's drop-and-pad (capacity factor 1, inputs padded to capacity): static sizes, no
+  // wait; with balanced routing every expert's capacity is its share, so the work is the same.
+  j["moe"] = {{"capacity_factor", 1.0}, {"pad_to_capacity", true}};
+  const Simulation padded = simulate(load_scenario(j, "t.json", ""));
+  CHECK(syncs(padded) == 0);
+  CHECK(padded.result.step_time_s <= dropless.result.step_time_s);
+  CHECK(padded.result.breakdown.compute_s == Approx(dropless.result.breakdown.compute_s).epsilon(1e-9));
+  // A capacity without padding still needs the counts (the kept tokens vary).
+  j["moe"] = {{"capacity_factor", 1.0}};
+  CHECK(syncs(simulate(load_scenario(j, "t.json", ""))) == 2 * 2 * 2);
+  // Padding needs a capacity.
+  j["moe"] = {{"pad_to_capacity", true}};
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/moe/pad_to_capacity"));
 }
 
 TEST_CASE("swap: optimizer states in host memory free their device bytes and cost at most their fetch",

@@ -112,7 +112,7 @@ TEST_CASE("validate: Megatron pipeline layouts become layer counts per virtual s
   CHECK(s.plan.ep_size() == 32);
 }
 
-TEST_CASE("validate: model-zoo cases split layers + embedding + loss evenly and overlap DP; FSDP overlaps",
+TEST_CASE("validate: model-zoo cases split layers + embedding + loss evenly and overlap DP, FSDP overlaps",
           "[validate]") {
   // Qwen3-235B (case_160 shape): 94 layers + embedding + loss = 96 slots over PP8 x VPP4 = 32
   // virtual stages, 3 each: the first and last virtual stages hold 2 layers (Megatron's
@@ -337,7 +337,7 @@ TEST_CASE("validate: runs predicted not to fit are listed", "[validate]") {
   CHECK(to_json(rep)["summary"]["predicted_not_to_fit"] == json::array({"big_006"}));
 }
 
-TEST_CASE("validate: several files at once; ids unique across them; any id's last digit gives the split",
+TEST_CASE("validate: several files at once, ids unique across them, any id's last digit gives the split",
           "[validate]") {
   json a = small_memory_case();
   a["id"] = "run-2024-12-04-001";  // a long id of digits (used to overflow stoi)
@@ -477,7 +477,7 @@ TEST_CASE("software stack: defaults only where the scenario is silent, condition
   CHECK(strategies::to_json(strategies::simulate(n).result, n, false)["software"]["name"] == "nemo-2");
 }
 
-TEST_CASE("validate: 'full (every TransformerBlock)' is uniform full recompute; Megatron's block method is block",
+TEST_CASE("validate: 'full (every TransformerBlock)' is uniform full recompute, Megatron's block method is block",
           "[validate]") {
   json c = gpt_1t_case();
   c["recompute"] = "full (every TransformerBlock)";

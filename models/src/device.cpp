@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace moesim::models {
 
 const char* precision_name(Precision p) {
@@ -21,6 +23,11 @@ FlopsPerSecond DeviceSpec::peak(Precision p) const {
     case Precision::FP8: return peak_fp8.value() > 0 ? peak_fp8 : peak_bf16;
   }
   return peak_bf16;
+}
+
+double DeviceSpec::clock_fraction() const {
+  if (tdp_w <= 0 || power_limit_w <= 0 || power_limit_w >= tdp_w) return 1.0;
+  return std::cbrt((power_limit_w - static_power_w) / (tdp_w - static_power_w));
 }
 
 DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer, Diagnostics& diag) {
@@ -100,6 +107,20 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
   if (d.host_op_time.value() > 0.1)  // negative values are refused by opt_quantity
     diag.error(r.child_pointer("host_op_time"), json_brief(*r.get({"host_op_time"})),
                "must be at most 100ms (host time per issued operator)");
+  if (const auto* pw = r.get({"power"})) {
+    ObjectReader w(*pw, r.child_pointer("power"), diag);
+    d.tdp_w = w.number({"tdp_watts"}, 0.0, 1.0, 1e5);
+    if (!w.has({"tdp_watts"})) diag.error(w.child_pointer("tdp_watts"), "", "is required (the rated board power, watts)");
+    d.static_power_w = w.number({"static_watts"}, 0.0, 0.0, 1e5);
+    d.power_limit_w = w.number({"limit_watts"}, d.tdp_w, 1.0, 1e5);
+    if (d.static_power_w >= d.tdp_w && d.tdp_w > 0)
+      diag.error(w.child_pointer("static_watts"), fmt::format("{:g}", d.static_power_w),
+                 fmt::format("must be below tdp_watts ({:g})", d.tdp_w));
+    if (d.power_limit_w <= d.static_power_w && w.has({"limit_watts"}))
+      diag.error(w.child_pointer("limit_watts"), fmt::format("{:g}", d.power_limit_w),
+                 fmt::format("must be above static_watts ({:g}): nothing would be left to run the clock", d.static_power_w));
+    w.finish();
+  }
   r.ignore({"source", "_source"});
   r.finish();
   return d;
@@ -129,7 +150,7 @@ Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double bat
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return Seconds{0};
   const DeviceSpec& d = *d_;
   const Flops flops{2.0 * m * n * k * batch};
-  const Seconds compute = flops / (d.peak(p) * gemm_efficiency(m, n, k, batch, p));
+  const Seconds compute = flops / (d.sustained_peak(p) * gemm_efficiency(m, n, k, batch, p));
   const double elem = p == Precision::FP8 ? 1.0 : 2.0;
   // Inputs read once, output written once in 16-bit (FP8 GEMMs write BF16).
   const Bytes bytes{((m * k + k * n) * elem + m * n * 2.0) * batch};
@@ -162,7 +183,7 @@ Seconds ComputeModel::grouped_gemm(const std::vector<double>& m, const std::vect
     best = std::max(best, useful / (waves * d.compute_units * t.m * t.n));
   }
   const double eff = peak_eff * best * (k_weighted / flops);
-  const Seconds compute = Flops{flops} / (d.peak(p) * eff);
+  const Seconds compute = Flops{flops} / (d.sustained_peak(p) * eff);
   const Seconds memory = Bytes{bytes} / (d.hbm_bandwidth * d.hbm_efficiency);
   return std::max(compute, memory) + d.kernel_overhead;
 }
@@ -180,7 +201,7 @@ Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, d
   const double eff = backward ? d.attention_bwd_efficiency : d.attention_fwd_efficiency;
   // Attention runs in 16-bit even in FP8 recipes (Transformer Engine keeps DPA in BF16).
   const Precision ap = p == Precision::FP8 ? Precision::BF16 : p;
-  const Seconds compute = Flops{flops} / (d.peak(ap) * eff);
+  const Seconds compute = Flops{flops} / (d.sustained_peak(ap) * eff);
   const double io = bh * (sq * (d_qk + d_v) + skv * (d_qk + d_v)) * 2.0 * (backward ? 2.0 : 1.0);
   const Seconds memory = Bytes{io} / (d.hbm_bandwidth * d.hbm_efficiency);
   return std::max(compute, memory) + d.kernel_overhead;

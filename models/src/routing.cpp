@@ -88,6 +88,12 @@ void parse_routing(ObjectReader& r, RoutingSpec& out, const std::string& base_di
   if (out.capacity_factor > 0 && out.capacity_factor < 1)
     diag.error(r.child_pointer("capacity_factor"), std::to_string(out.capacity_factor),
                "must be at least 1 (or absent for dropless routing)");
+  // Megatron's --moe-pad-expert-input-to-capacity: every expert's input is padded to the
+  // capacity, so the token counts are known before routing and the host never waits for them.
+  out.pad_to_capacity = r.boolean({"pad_to_capacity"}, false);
+  if (out.pad_to_capacity && out.capacity_factor <= 0)
+    diag.error(r.child_pointer("pad_to_capacity"), "true",
+               "needs a capacity_factor (padding to the capacity of a dropless expert is not defined)");
   if (const auto* h = r.get({"histogram"})) {
     if (h->is_string()) {
       std::filesystem::path p(h->get<std::string>());

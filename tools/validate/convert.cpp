@@ -285,6 +285,10 @@ ConvertedCase case_to_scenario(const json& c) {
   std::string cluster;
   if (has(dev, "GB200")) cluster = "gb200-nvl72";
   else if (has(dev, "B200")) cluster = "dgx-b200";
+  // Meta's Grand Teton servers: torchtitan's benchmarks ran them at the 500 W default limit
+  // with 96 GB HBM2e; the Llama 3 runs at 700 W with HBM3, on RoCE pods.
+  else if (has(dev, "H100") && has(dev, "Grand Teton") && has(dev, "500 W")) cluster = "grand-teton-h100-500w";
+  else if (has(dev, "H100") && has(dev, "Grand Teton")) cluster = "grand-teton-h100";
   else if (has(dev, "H100")) cluster = "dgx-h100";
   else if (has(dev, "H800")) cluster = "dgx-h800";
   else if (has(dev, "A100") && has(dev, "Jean Zay")) cluster = "jean-zay-a100";  // BLOOM's machine
@@ -370,6 +374,15 @@ ConvertedCase case_to_scenario(const json& c) {
   p["pp"] = pp;
   p["cp"] = cp;
   if (auto vpp = int_of(par, "vpp"); vpp && *vpp > 1) p["vpp"] = *vpp;
+  // An interleaved schedule whose virtual stages are not published (Llama 3: "a tunable
+  // interleaved schedule"): two per device, the smallest interleaving, as NeMo's Llama 3.1
+  // 405B recipe uses (PP 9, VPP 2).
+  const bool vpp_assumed = pp > 1 && !int_of(par, "vpp") && has(text_of(par, "pipeline_schedule"), "interleaved");
+  if (vpp_assumed) {
+    p["vpp"] = 2;
+    notes.push_back("interleaved schedule, virtual stages not published: 2 per device (as NeMo's Llama 3.1 405B "
+                    "recipe, PP 9 VPP 2)");
+  }
   // Weights and optimizer states as the precision text names them (Megatron's DeepSeek-V3
   // GB200 guide: "--fp8-param-gather", "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16").
   if (precision == "fp8" && (has(prec, "fp8 param gather") || has(prec, "fp8-param-gather") || has(prec, "fp8 params"))) {
@@ -457,9 +470,20 @@ ConvertedCase case_to_scenario(const json& c) {
 
   // Pipeline layout and token dispatcher.
   const int num_layers = int_of(c["model"], "layers").value_or(0);
-  const int vstages = pp * std::max(1, int_of(par, "vpp").value_or(1));
+  const int vstages = pp * std::max(1, int_of(par, "vpp").value_or(vpp_assumed ? 2 : 1));
   if (const std::string layout = text_of(par, "pp_layout"); !layout.empty()) {
-    if (auto counts = parse_pp_layout(layout)) p["pipeline_layer_partition"] = *counts;
+    auto counts = parse_pp_layout(layout);
+    if (counts && vpp_assumed && static_cast<int>(counts->size()) == pp) {
+      // The published per-device layout split over the two chunks, in virtual-stage order
+      // (chunk 0 on every device, then chunk 1).
+      std::vector<int> v(static_cast<std::size_t>(2 * pp));
+      for (int st = 0; st < pp; ++st) {
+        v[static_cast<std::size_t>(st)] = (*counts)[static_cast<std::size_t>(st)] / 2;
+        v[static_cast<std::size_t>(pp + st)] = (*counts)[static_cast<std::size_t>(st)] - v[static_cast<std::size_t>(st)];
+      }
+      counts = v;
+    }
+    if (counts) p["pipeline_layer_partition"] = *counts;
     else notes.push_back("pipeline layout \"" + layout + "\" not understood: automatic partition");
   } else if (category == "megatron_moe_modelzoo" && pp > 1 && num_layers > 0 && (num_layers + 2) % vstages == 0) {
     // The model zoo's benchmarking configs (model_configs/benchmarking/*.yaml) pass
@@ -482,6 +506,15 @@ ConvertedCase case_to_scenario(const json& c) {
     notes.push_back(fmt::format("Megatron's default: an even split, {} layers per virtual stage", num_layers / vstages));
   } else {
     p["pipeline_layer_partition"] = "auto";
+  }
+  // Token dropping as the case states it (NeMo's apply_moe_token_drop: capacity factor 1.0,
+  // each expert's input padded to its capacity).
+  if (const json& td = c.contains("moe_token_drop") ? c["moe_token_drop"] : json(); moe && td.is_object()) {
+    if (auto cf = number_of(td, "capacity_factor")) s["moe"]["capacity_factor"] = *cf;
+    if (td.contains("pad_to_capacity") && td["pad_to_capacity"].is_boolean())
+      s["moe"]["pad_to_capacity"] = td["pad_to_capacity"].get<bool>();
+    notes.push_back(fmt::format("token drop: capacity factor {:g}{}", number_of(td, "capacity_factor").value_or(0.0),
+                                td.value("pad_to_capacity", false) ? ", padded to capacity (no host sync at dispatch)" : ""));
   }
   const std::string dispatcher = lower(text_of(par, "token_dispatcher"));
   if (moe && (has(dispatcher, "deepep") || has(dispatcher, "hybridep"))) p["moe_alltoall"] = "hierarchical";

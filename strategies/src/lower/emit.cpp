@@ -255,10 +255,10 @@ void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, in
       const sim::TaskId ln = builder_.add_task(host, kLaunch, launch_label_, mb, {stream_of(stage, q, Stream::Launch)});
       builder_.depend(ln, t);
     }
-    // The dispatch all-to-all(v) needs the tokens per expert on the host (Megatron's
+    // A dropless dispatch all-to-all(v) needs the tokens per expert on the host (Megatron's
     // alltoall dispatcher copies them to the CPU): the host thread waits for the router's
-    // result before it can issue anything further, so it cannot run ahead past a dispatch.
-    if (dispatch && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+    // result before it can issue anything further, so it cannot run ahead past it.
+    if (dispatch && st.host_sync && (st.dep0 >= 0 || st.dep1 >= 0)) {
       const sim::TaskId sync =
           builder_.add_task(launch_ticks_, kLaunch, sync_label_, mb, {stream_of(stage, q, Stream::Launch)});
       if (st.dep0 >= 0) builder_.depend(tasks_out[st.dep0 * per_stage_ + q], sync);

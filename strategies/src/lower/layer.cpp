@@ -211,6 +211,8 @@ void LayerBuilder::emit_forward_comm(const Op& op, const std::string& label, Pro
                              label + ".etp", cnt));
       b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, label, cnt, dedup));
       tag(b, b.chain, dispatch ? Role::ToExperts : Role::FromExperts, &op);
+      if (dispatch && b.chain >= 0 && current_moe_layer_ >= 0)
+        b.p.steps[static_cast<std::size_t>(b.chain)].host_sync = ctx_.dispatch_syncs_host;
       if (spec_.etp > 1 && dispatch)
         b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
                              label + ".etp", cnt));
@@ -311,6 +313,8 @@ void LayerBuilder::emit_backward_comm(const Op& op, const std::string& bl, Progr
                              bl + ".etp", count));
       b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, bl, count, dedup));
       tag(b, b.chain, grad_of_dispatch ? Role::FromExperts : Role::ToExperts, &op);
+      if (!grad_of_dispatch && b.chain >= 0 && current_moe_layer_ >= 0)
+        b.p.steps[static_cast<std::size_t>(b.chain)].host_sync = ctx_.dispatch_syncs_host;
       if (spec_.etp > 1 && !grad_of_dispatch)
         b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
                              bl + ".etp", count));

@@ -43,6 +43,9 @@ struct LayerContext {
   models::Precision precision;
   long long seq_length;
   bool packed_documents;
+  /// The forward dispatch waits for the router's token counts on the host (dropless routing,
+  /// or a capacity without padding: models::RoutingSpec::dispatch_syncs_host).
+  bool dispatch_syncs_host = true;
 };
 
 struct ItemProgram {

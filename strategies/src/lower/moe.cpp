@@ -47,7 +47,8 @@ const MoeRouting::Draw& MoeRouting::draw(int moe_layer, int mb, int group) {
       x = cap;
     }
     d.total_kept += x;
-    per_expert[e] = x;
+    // Drop-and-pad: the expert computes (and the all-to-all carries) its full capacity.
+    per_expert[e] = cap > 0 && in_.routing.pad_to_capacity ? cap : x;
   }
   // Experts' copies onto their ranks (a replicated expert's copies split over its replicas).
   const Placement& pl = placement(moe_layer);

@@ -179,7 +179,7 @@ double time_alone(const Program& prog, Tick launch, bool fused_vector_ops, int e
     double start = free[static_cast<int>(st.stream)];
     if (st.dep0 >= 0) start = std::max(start, fin[st.dep0]);
     if (st.dep1 >= 0) start = std::max(start, fin[st.dep1]);
-    if (launch > 0 && st.role == Role::ToExperts && (st.dep0 >= 0 || st.dep1 >= 0)) {
+    if (launch > 0 && st.host_sync && (st.dep0 >= 0 || st.dep1 >= 0)) {
       host = std::max(host, std::max(st.dep0 >= 0 ? fin[st.dep0] : 0.0, st.dep1 >= 0 ? fin[st.dep1] : 0.0)) + launch_s;
       start = std::max(start, host);
     }

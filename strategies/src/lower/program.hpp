@@ -67,6 +67,12 @@ struct Step {
   std::int16_t moe_layer = -1;      ///< MoE layer ordinal for routing-dependent steps
   const models::Op* op = nullptr;   ///< the expert operator, for routing-dependent steps
   bool wgrad = false;               ///< a weight-gradient GEMM (a W pass of its own in zero-bubble schedules)
+  /// The host waits for this step's inputs before issuing it: an all-to-all carrying tokens to
+  /// the experts in a dropless MoE, whose sizes come from the router's token counts on the GPU
+  /// (Megatron copies them to the CPU before the forward dispatch). moesim also charges the
+  /// backward's (the combine's gradient), which Megatron issues with the forward's sizes: see
+  /// docs/NOTES.md, "Dropless MoE", for why it stays.
+  bool host_sync = false;
 };
 
 struct Program {
@@ -127,8 +133,8 @@ void split_weight_gradients(Program& B, Program& W);
 
 /// A program timed alone (seconds): streams run their steps in order, dependencies are
 /// respected; with host dispatch (`launch` > 0) the host thread issues the kernels in order as
-/// the engine does (a kernel starts after its launch; the host waits for the router before a
-/// dispatch). Adds compute and communication durations to `compute` and `comm`.
+/// the engine does (a kernel starts after its launch; the host waits for the inputs of a
+/// `host_sync` step). Adds compute and communication durations to `compute` and `comm`.
 double time_alone(const Program& prog, Tick launch, bool fused_vector_ops, int ep, double& compute,
                   std::array<double, kNumCats>& comm);
 

@@ -67,7 +67,8 @@ struct StageSums {
 struct EstimatorCache {
   explicit EstimatorCache(const Scenario& s, const models::Workload& w)
       : cm(s.cluster.device),
-        ctx{s.model, w, cm, s.training.precision, s.training.seq_length, s.training.documents.packed},
+        ctx{s.model, w, cm, s.training.precision, s.training.seq_length, s.training.documents.packed,
+            s.routing.dispatch_syncs_host()},
         labels(category_names()) {}
   models::ComputeModel cm;
   lowering::LayerContext ctx;

@@ -57,11 +57,23 @@ struct DeviceSpec {
   /// Host time to issue one operator from an eager framework (Python + PyTorch dispatch +
   /// library launch); 0 when not calibrated (the host is then never the bottleneck).
   Seconds host_op_time{0};
+  /// Board power, watts: the rating the datasheet peaks hold at (`tdp`), the limit the device
+  /// runs under (`limit`; 0: the rating) and the part that does not scale with the clock
+  /// (`static_power`: leakage, HBM, board). 0 everywhere: no power model.
+  double tdp_w = 0;
+  double power_limit_w = 0;
+  double static_power_w = 0;
 
   /// Dense peak for the precision GEMMs run in (FP8 falls back to BF16 when absent).
   [[nodiscard]] FlopsPerSecond peak(Precision p) const;
   /// The peak MFU divides by: the dense peak of the training precision.
   [[nodiscard]] FlopsPerSecond mfu_peak(Precision p) const { return peak(p); }
+  /// Sustained clock under the power limit as a fraction of the rated one: dynamic power goes
+  /// as f V^2 with V roughly proportional to f in the DVFS range, so as f^3, and the clock
+  /// settles where static + dynamic power meets the limit. 1 without a limit below the rating.
+  [[nodiscard]] double clock_fraction() const;
+  /// What tensor-core work (GEMMs, attention) runs against: the peak at the sustained clock.
+  [[nodiscard]] FlopsPerSecond sustained_peak(Precision p) const { return peak(p) * clock_fraction(); }
 };
 
 /// Parses a device description (a preset file or an inline object). Numbers may be given as

@@ -35,6 +35,12 @@ struct RoutingSpec {
   std::vector<std::vector<double>> histogram;
   std::string histogram_file;
   double capacity_factor = 0;  ///< 0: dropless; else each expert keeps at most cf x its share
+  /// Each expert's input padded to its capacity (Megatron's drop-and-pad): static shapes, so
+  /// the dispatcher needs no device-to-host copy of the token counts.
+  bool pad_to_capacity = false;
+  /// Whether the host must wait for the router's token counts before it can issue the
+  /// dispatch (Megatron's alltoall dispatcher copies them to the CPU unless drop-and-pad).
+  [[nodiscard]] bool dispatch_syncs_host() const { return !(capacity_factor > 0 && pad_to_capacity); }
   [[nodiscard]] bool skewed() const { return kind != RoutingKind::Balanced; }
 };
 
