@@ -519,3 +519,37 @@ TEST_CASE("validate: BLOOM's Jean Zay nodes are their own cluster (four Omni-Pat
   CHECK(sc.cluster.nic_bandwidth.value() == Approx(100e9 / 8));
   CHECK(sc.cluster.device.name == "a100-sxm-80gb");  // the same device: the same fit group
 }
+
+TEST_CASE("validate: a sliding window in the model notes bounds the attention (Mistral-7B, 4K window at 32K)",
+          "[validate]") {
+  // MindSpeed-LLM's Mistral-7B script passes --sliding-window 4096: a banded causal mask, so a
+  // query attends to w - w^2/(2s) = 4096 - 4096^2/65536 = 3840 keys on average, not s/2 = 16384.
+  json c = json::parse(R"J({
+    "id": "asc_924", "category": "ascend_mindspeed_llm",
+    "model": {"name": "Mistral-7B", "type": "dense", "layers": 32, "hidden": 4096, "ffn_hidden": 14336,
+      "heads": 32, "kv_heads": 8, "vocab": 32000, "seq_len": 32768, "mlp": "swiglu",
+      "arch_notes": "sliding window 4096 (--sliding-window 4096)"},
+    "hardware": {"device": "Atlas 900 A2 PODc", "count": 8, "precision": "bf16"},
+    "parallelism": {"tp": 8, "pp": 1, "dp": 1, "cp": 1, "sequence_parallel": true},
+    "batch": {"micro_batch": 1, "global_batch": 32}, "recompute": "none",
+    "measured": {"tokens_per_sec_per_npu": 2900}})J");
+  const ConvertedCase conv = case_to_scenario(c);
+  REQUIRE(conv.skip_reason.empty());
+  CHECK(conv.scenario["model"]["sliding_window"] == 4096);
+  const strategies::Scenario s = strategies::load_scenario(conv.scenario, "t", "");
+  REQUIRE(s.model.sliding_window == 4096);
+  // Attention FLOPs per token and layer: 2 x heads x (d_qk + d_v) x keys = 2 x 32 x 256 x 3840.
+  auto attention_flops = [](const models::Workload& w) {
+    double f = 0;
+    for (const auto& prog : w.programs)
+      if (prog.name == "dense_layer")
+        for (const auto& op : prog.ops)
+          if (op.kind == models::OpKind::Attention) f += op.forward_model_flops_per_token(32768);
+    return f;
+  };
+  const double windowed = attention_flops(models::build_workload(s.model, 32768));
+  CHECK(windowed == Approx(2.0 * 32 * 256 * 3840));
+  c["model"].erase("arch_notes");
+  const strategies::Scenario full = strategies::load_scenario(case_to_scenario(c).scenario, "t", "");
+  CHECK(attention_flops(models::build_workload(full.model, 32768)) == Approx(2.0 * 32 * 256 * 16384));
+}

@@ -232,6 +232,12 @@ json model_config(const json& c, std::vector<std::string>& notes, std::string& s
   }
   cfg["intermediate_size"] = ffn;
   decoder_keys(cfg);
+  // A sliding window the framework really applies ("sliding window 4096" in the notes, e.g.
+  // MindSpeed-LLM's --sliding-window, a banded flash-attention mask) bounds the keys per query.
+  if (auto w = find_int_after(arch_notes, "sliding window")) {
+    cfg["sliding_window"] = *w;
+    notes.push_back("attention limited to a sliding window of " + std::to_string(*w) + " tokens");
+  }
   return cfg;
 }
 
