@@ -182,3 +182,64 @@ TEST_CASE("models: a power limit below the rating slows tensor work by the cube-
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.list().front().pointer == "/d/power/limit_watts");
 }
+
+TEST_CASE("models: published GEMM micro-benchmarks correct the shape model where they were measured",
+          "[models][compute]") {
+  Diagnostics diag("t");
+  const DeviceSpec d = load_device("h100-sxm-80gb", "/d", diag);
+  REQUIRE(diag.ok());
+  // DeepGEMM's H800 table (16 rows with M >= 256): FP8 only.
+  REQUIRE(d.gemm_benchmarks.size() == 16);
+  const ComputeModel cm(d);
+  const double peak8 = d.peak_fp8.value();
+  // At a benchmarked shape the model gives the measured throughput times the framework's
+  // fraction of it: 4096 x 7168 x 16384 ran at 1426 TFLOP/s.
+  CHECK(cm.gemm_efficiency(4096, 7168, 16384, 1, Precision::FP8) ==
+        Approx(d.gemm_fp8_efficiency * 1426e12 / peak8));
+  // A grouped benchmark (4 groups of 8192 rows, N 4096, K 7168: 1346 TFLOP/s), through the
+  // grouped-GEMM path: compute time = FLOPs / (peak x efficiency) + the kernel overhead.
+  const std::vector<double> rows(4, 8192.0), ks(4, 7168.0);
+  const double flops = 4 * 2.0 * 8192 * 4096 * 7168;
+  CHECK(cm.grouped_gemm(rows, ks, 4096, Precision::FP8).value() ==
+        Approx(flops / (peak8 * d.gemm_fp8_efficiency * 1346e12 / peak8) + d.kernel_overhead.value()));
+  // BF16 has no benchmarks here: the shape model alone.
+  CHECK(cm.gemm_efficiency(4096, 7168, 16384, 1, Precision::BF16) ==
+        Approx(d.gemm_peak_efficiency * gemm_shape_efficiency(d, 4096, 7168, 16384)));
+  // Between benchmarks the correction is an average of theirs: within their range.
+  double lo = 1e9, hi = 0;
+  for (const auto& b : d.gemm_benchmarks) {
+    lo = std::min(lo, std::exp(b.log_ratio));
+    hi = std::max(hi, std::exp(b.log_ratio));
+  }
+  const double mid = gemm_benchmark_correction(d, 3000, 5000, 4096, Precision::FP8);
+  CHECK(mid >= lo);
+  CHECK(mid <= hi);
+  // Leave one out: each benchmark predicted from the others. The shape model with the
+  // interpolated correction transfers better than the shape model at one fitted scale (the
+  // geometric mean ratio): the table carries the K dependence the tile model lacks
+  // (4096 x 32768 x 512 runs at 751 TFLOP/s, 38% of peak).
+  double sq_interp = 0, sq_flat = 0, worst = 0;
+  double mean_log = 0;
+  for (const auto& b : d.gemm_benchmarks) mean_log += b.log_ratio / static_cast<double>(d.gemm_benchmarks.size());
+  for (std::size_t i = 0; i < d.gemm_benchmarks.size(); ++i) {
+    DeviceSpec others = d;
+    others.gemm_benchmarks.erase(others.gemm_benchmarks.begin() + static_cast<std::ptrdiff_t>(i));
+    const GemmBenchmark& b = d.gemm_benchmarks[i];
+    const double e = std::log(gemm_benchmark_correction(others, b.m, b.n, b.k, Precision::FP8)) - b.log_ratio;
+    sq_interp += e * e;
+    worst = std::max(worst, std::abs(e));
+    sq_flat += (mean_log - b.log_ratio) * (mean_log - b.log_ratio);
+  }
+  const double rms_interp = std::sqrt(sq_interp / 16), rms_flat = std::sqrt(sq_flat / 16);
+  INFO("leave-one-out rms " << rms_interp << " (one scale: " << rms_flat << "), worst " << worst);
+  CHECK(rms_interp < rms_flat);
+  CHECK(rms_interp < 0.12);
+  // Bad rows are named: a throughput above the peak, a missing dimension.
+  Diagnostics bad("t");
+  (void)load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "gemm_benchmarks": [
+      {"precision": "fp8", "m": 4096, "n": 4096, "k": 4096, "tflops": 2500}, {"precision": "bf16", "m": 4096, "n": 4096, "tflops": 600}]})"),
+                    "/d", bad);
+  REQUIRE(bad.list().size() == 2);
+  CHECK(bad.list()[0].pointer == "/d/gemm_benchmarks/0/tflops");
+  CHECK(bad.list()[1].pointer == "/d/gemm_benchmarks/1/k");
+}

@@ -30,6 +30,84 @@ double DeviceSpec::clock_fraction() const {
   return std::cbrt((power_limit_w - static_power_w) / (tdp_w - static_power_w));
 }
 
+namespace {
+
+/// "gemm_benchmarks": [{"precision": "fp8", "m": 4096, "n": 7168, "k": 16384, "groups": 1,
+/// "tflops": 1426}, ...]. The ratios need the peaks, tiles and K term: call after those.
+void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, DeviceSpec& d, Diagnostics& diag) {
+  if (!j.is_array()) {
+    diag.error(ptr, json_brief(j), "must be a list of {precision, m, n, k, groups, tflops} measurements");
+    return;
+  }
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    ObjectReader e(j[i], ptr + "/" + std::to_string(i), diag);
+    if (!e.valid()) continue;
+    GemmBenchmark b;
+    const std::string prec = e.string({"precision"}, "bf16", {"bf16", "fp16", "fp8"});
+    b.precision = prec == "fp8" ? Precision::FP8 : prec == "fp16" ? Precision::FP16 : Precision::BF16;
+    bool complete = true;
+    for (const char* key : {"m", "n", "k", "tflops"})
+      if (!e.has({key})) {
+        diag.error(e.child_pointer(key), "", "is required (a positive number)");
+        complete = false;
+      }
+    b.m = e.number({"m"}, 1, 1, 1e9);
+    b.n = e.number({"n"}, 1, 1, 1e9);
+    b.k = e.number({"k"}, 1, 1, 1e9);
+    b.groups = static_cast<int>(e.integer({"groups"}, 1, 1, 1 << 20));
+    b.tflops = e.number({"tflops"}, 1, 1e-3, 1e6);
+    e.ignore({"source", "_source", "note"});
+    e.finish();
+    if (b.precision == Precision::FP8 && d.peak_fp8.value() <= 0) {
+      diag.error(e.child_pointer("precision"), "\"fp8\"", "needs an FP8 peak (peak_flops/fp8)");
+      complete = false;
+    }
+    if (b.tflops * 1e12 > d.peak(b.precision).value() && d.peak(b.precision).value() > 0) {
+      diag.error(e.child_pointer("tflops"), fmt::format("{:g}", b.tflops),
+                 fmt::format("is above the device's {} peak ({:g} TFLOP/s)", precision_name(b.precision),
+                             d.peak(b.precision).value() / 1e12));
+      complete = false;
+    }
+    if (!complete || d.gemm_tiles.empty()) continue;
+    const double modelled = d.peak(b.precision).value() * gemm_shape_efficiency(d, b.m, b.n, b.k, b.groups);
+    b.log_ratio = std::log(b.tflops * 1e12 / modelled);
+    d.gemm_benchmarks.push_back(b);
+  }
+}
+
+}  // namespace
+
+double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
+  const double units = d.compute_units;
+  double best = 0.0;
+  for (const GemmTile& t : d.gemm_tiles) {
+    // Tile and wave quantisation together: useful output area over the area of every tile
+    // slot in every wave.
+    const double tiles = std::ceil(m / t.m) * std::ceil(n / t.n) * batch;
+    const double waves = std::ceil(tiles / units);
+    best = std::max(best, (m * n * batch) / (waves * units * t.m * t.n));
+  }
+  return best * (k / (k + d.gemm_k_overhead));
+}
+
+double gemm_benchmark_correction(const DeviceSpec& d, double m, double n, double k, Precision p) {
+  if (d.gemm_benchmarks.empty() || m <= 0 || n <= 0 || k <= 0) return 1.0;
+  const Precision want = p == Precision::FP16 ? Precision::BF16 : p;
+  double wsum = 0, lsum = 0;
+  for (const GemmBenchmark& b : d.gemm_benchmarks) {
+    const Precision bp = b.precision == Precision::FP16 ? Precision::BF16 : b.precision;
+    if (bp != want) continue;
+    const double dm = std::log2(m / b.m), dn = std::log2(n / b.n), dk = std::log2(k / b.k);
+    const double d2 = dm * dm + dn * dn + dk * dk;
+    if (d2 < 1e-12) return std::exp(b.log_ratio);
+    const double w = 1.0 / (d2 * d2);  // inverse squared distance (d2 is already squared)
+    wsum += w;
+    lsum += w * b.log_ratio;
+  }
+  return wsum > 0 ? std::exp(lsum / wsum) : 1.0;
+}
+
 DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer, Diagnostics& diag) {
   nlohmann::json j = input;
   strip_sources(j, pointer, diag);
@@ -72,6 +150,7 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
     diag.error(r.child_pointer("gemm_peak_efficiency"), "", "is required (fraction of peak, 0..1)");
   d.gemm_k_overhead = r.number({"gemm_k_overhead"}, 128, 0, 1e6);
   d.gemm_fp8_efficiency = r.number({"gemm_fp8_efficiency"}, 0.0, 0.0, 1.0);
+  if (const auto* gb = r.get({"gemm_benchmarks"})) parse_gemm_benchmarks(*gb, r.child_pointer("gemm_benchmarks"), d, diag);
   if (d.gemm_fp8_efficiency > 0 && d.peak_fp8.value() <= 0)
     diag.error(r.child_pointer("gemm_fp8_efficiency"), std::to_string(d.gemm_fp8_efficiency),
                "needs an FP8 peak (peak_flops/fp8)");
@@ -131,19 +210,8 @@ double ComputeModel::gemm_efficiency(double m, double n, double k, double batch,
   const double peak_eff =
       p == Precision::FP8 && d.gemm_fp8_efficiency > 0 ? d.gemm_fp8_efficiency : d.gemm_peak_efficiency;
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return peak_eff;
-  const double units = d.compute_units;
-  double best = 0.0;
-  for (const GemmTile& t : d.gemm_tiles) {
-    // Tile and wave quantisation together: useful output area over the area of every tile
-    // slot in every wave.
-    const double tiles_m = std::ceil(m / t.m), tiles_n = std::ceil(n / t.n);
-    const double tiles = tiles_m * tiles_n * batch;
-    const double waves = std::ceil(tiles / units);
-    const double util = (m * n * batch) / (waves * units * t.m * t.n);
-    best = std::max(best, util);
-  }
-  const double k_term = k / (k + d.gemm_k_overhead);
-  return peak_eff * best * k_term;
+  // A benchmark correction can lift a shape above what the peak fraction alone allows, never above the peak.
+  return std::min(1.0, peak_eff * gemm_shape_efficiency(d, m, n, k, batch) * gemm_benchmark_correction(d, m, n, k, p));
 }
 
 Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double batch) const {
@@ -163,12 +231,15 @@ Seconds ComputeModel::grouped_gemm(const std::vector<double>& m, const std::vect
   const DeviceSpec& d = *d_;
   const double peak_eff =
       p == Precision::FP8 && d.gemm_fp8_efficiency > 0 ? d.gemm_fp8_efficiency : d.gemm_peak_efficiency;
-  double flops = 0, k_weighted = 0, bytes = 0, useful = 0;
+  double flops = 0, k_weighted = 0, bytes = 0, useful = 0, k_mean = 0;
+  int groups = 0;
   const double elem = p == Precision::FP8 ? 1.0 : 2.0;
   for (std::size_t g = 0; g < m.size(); ++g) {
     if (m[g] <= 0 || k[g] <= 0 || n <= 0) continue;
     const double f = 2.0 * m[g] * n * k[g];
     flops += f;
+    ++groups;
+    k_mean += f * k[g];
     k_weighted += f * (k[g] / (k[g] + d.gemm_k_overhead));  // FLOP-weighted K term
     bytes += (m[g] * k[g] + k[g] * n) * elem + m[g] * n * 2.0;
     useful += m[g] * n;
@@ -182,7 +253,9 @@ Seconds ComputeModel::grouped_gemm(const std::vector<double>& m, const std::vect
     const double waves = std::ceil(tiles / d.compute_units);
     best = std::max(best, useful / (waves * d.compute_units * t.m * t.n));
   }
-  const double eff = peak_eff * best * (k_weighted / flops);
+  // The benchmarks' correction at the mean group: rows per group, FLOP-weighted K.
+  const double corr = gemm_benchmark_correction(d, useful / n / groups, n, k_mean / flops, p);
+  const double eff = std::min(1.0, peak_eff * best * (k_weighted / flops) * corr);
   const Seconds compute = Flops{flops} / (d.sustained_peak(p) * eff);
   const Seconds memory = Bytes{bytes} / (d.hbm_bandwidth * d.hbm_efficiency);
   return std::max(compute, memory) + d.kernel_overhead;

@@ -8,7 +8,9 @@
 //
 // GEMMs follow a roofline with a shape-aware efficiency: tile quantisation (the output is cut
 // into tiles of the shapes the kernel library uses), wave quantisation (tiles are spread over
-// the compute cores in waves), a K-loop fill/drain term, and a sustained-peak fraction.
+// the compute cores in waves), a K-loop fill/drain term, and a sustained-peak fraction; where
+// the preset carries published GEMM micro-benchmarks for the precision, their measured/modelled
+// ratio, interpolated to the shape, corrects the shape model (gemm_benchmark_correction).
 // Vector operators are memory-bound: bytes / (HBM bandwidth x efficiency). Every kernel pays a
 // fixed launch overhead.
 
@@ -32,6 +34,18 @@ struct GemmTile {
   int n = 128;
 };
 
+/// A published GEMM micro-benchmark: the throughput a kernel library reached on one shape
+/// ([m x k] x [k x n], `groups` equal problems of that shape for a grouped GEMM).
+struct GemmBenchmark {
+  Precision precision = Precision::BF16;
+  double m = 0, n = 0, k = 0;
+  int groups = 1;
+  double tflops = 0;
+  /// log(measured / (rated peak x the tile/wave/K model's shape efficiency)): what the shape
+  /// model misses at this point. Filled in by parse_device.
+  double log_ratio = 0;
+};
+
 struct DeviceSpec {
   std::string name;
   std::string description;
@@ -43,6 +57,11 @@ struct DeviceSpec {
   double gemm_peak_efficiency = 0.8;
   double gemm_fp8_efficiency = 0.0;  ///< sustained fraction of the FP8 peak; 0: as BF16
   double gemm_k_overhead = 128;  ///< elements
+  /// GEMM micro-benchmarks of the device's kernel library. Where the training precision has
+  /// some, a GEMM runs at gemm_(fp8_)peak_efficiency x shape efficiency x the benchmarks'
+  /// measured/modelled ratio interpolated to its shape (inverse squared distance in log m, n,
+  /// k), so the efficiency is then the framework's fraction of the library kernel's speed.
+  std::vector<GemmBenchmark> gemm_benchmarks;
   double attention_fwd_efficiency = 0.5;
   double attention_bwd_efficiency = 0.4;
   /// FlashAttention-2 (PyTorch SDPA) efficiencies; 0: not known for this device.
@@ -79,6 +98,14 @@ struct DeviceSpec {
 /// Parses a device description (a preset file or an inline object). Numbers may be given as
 /// plain values or as {"value": ..., "source": "..."}. Problems go to `diag` under `pointer`.
 DeviceSpec parse_device(const nlohmann::json& j, const std::string& pointer, Diagnostics& diag);
+
+/// Tile x wave quantisation x K fill/drain of a GEMM shape on the device, without the peak
+/// fraction: what the shape alone costs (1 for a shape that fills every tile slot, infinite K).
+[[nodiscard]] double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch = 1);
+/// The benchmarks' measured/modelled ratio at a shape, for GEMMs in precision `p`: the nearest
+/// benchmarks' ratios weighted by inverse squared distance in (log2 m, log2 n, log2 k), m per
+/// group; the ratio itself at a benchmarked shape; 1 with no benchmark in that precision.
+[[nodiscard]] double gemm_benchmark_correction(const DeviceSpec& d, double m, double n, double k, Precision p);
 
 /// Operator durations on one device. Pure functions of the DeviceSpec; cheap to copy.
 class ComputeModel {
