@@ -243,3 +243,31 @@ TEST_CASE("models: published GEMM micro-benchmarks correct the shape model where
   CHECK(bad.list()[0].pointer == "/d/gemm_benchmarks/0/tflops");
   CHECK(bad.list()[1].pointer == "/d/gemm_benchmarks/1/k");
 }
+
+TEST_CASE("models: eager PyTorch norms, RoPE and SwiGLU move the traffic of their kernel chains", "[models][workload]") {
+  // torchtitan without torch.compile: RMSNorm 36 bytes per element against a fused kernel's 4,
+  // RoPE 20 against 4, SwiGLU 10 per hidden element against 6 (workload.cpp derives each).
+  const ModelSpec m = preset_model("llama3-70b");
+  WorkloadOptions eager;
+  eager.eager_elementwise = true;
+  const Workload fused_w = build_workload(m, 8192), eager_w = build_workload(m, 8192, eager);
+  auto bytes = [](const Workload& w, const std::string& name) {
+    for (const auto& p : w.programs)
+      for (const auto& op : p.ops)
+        if (op.name == name) return op.bytes_per_token;
+    return -1.0;
+  };
+  CHECK(bytes(eager_w, "attn_norm") == Approx(9.0 * bytes(fused_w, "attn_norm")));
+  CHECK(bytes(eager_w, "final_norm") == Approx(9.0 * bytes(fused_w, "final_norm")));
+  CHECK(bytes(eager_w, "rope") == Approx(5.0 * bytes(fused_w, "rope")));
+  CHECK(bytes(eager_w, "mlp_act") == Approx(5.0 / 3.0 * bytes(fused_w, "mlp_act")));
+  // Residual adds are one kernel either way; GEMMs and model FLOPs do not change.
+  CHECK(bytes(eager_w, "attn_residual") == Approx(bytes(fused_w, "attn_residual")));
+  CHECK(eager_w.model_flops_per_token == Approx(fused_w.model_flops_per_token));
+  // A LayerNorm model keeps its norms (torch's LayerNorm is one kernel); GELU is one kernel.
+  ModelSpec gpt = preset_model("gpt3-175b");
+  REQUIRE(gpt.norm == NormKind::LayerNorm);
+  const Workload g0 = build_workload(gpt, 2048), g1 = build_workload(gpt, 2048, eager);
+  CHECK(bytes(g1, "attn_norm") == Approx(bytes(g0, "attn_norm")));
+  CHECK(bytes(g1, "mlp_act") == Approx(bytes(g0, "mlp_act")));
+}

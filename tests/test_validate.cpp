@@ -553,3 +553,27 @@ TEST_CASE("validate: a sliding window in the model notes bounds the attention (M
   const strategies::Scenario full = strategies::load_scenario(case_to_scenario(c).scenario, "t", "");
   CHECK(attention_flops(models::build_workload(full.model, 32768)) == Approx(2.0 * 32 * 256 * 16384));
 }
+
+TEST_CASE("scenario: training.elementwise \"eager\" reaches the workload, a wrong value is named", "[validate][software]") {
+  json doc = small_memory_case()["scenario"];
+  doc["training"]["elementwise"] = "eager";
+  const strategies::Scenario s = strategies::load_scenario(doc, "t", "");
+  CHECK(s.training.workload.eager_elementwise);
+  doc["training"]["elementwise"] = "compiled";
+  try {
+    (void)strategies::load_scenario(doc, "t.json", "");
+    FAIL("a bad elementwise value was accepted");
+  } catch (const std::exception& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("/training/elementwise") && Catch::Contains("compiled"));
+  }
+}
+
+TEST_CASE("validate: torchtitan's 'op' SAC policy is operator-level selective checkpointing", "[validate]") {
+  json c = gpt_1t_case();
+  c["recompute"] = "selective (torchtitan 'op' SAC policy: saves mm outputs except every second mm, SDPA outputs)";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["recompute_granularity"] == "selective_op");
+  c["recompute"] = "selective: layernorm, moe_act";
+  const json p = case_to_scenario(c).scenario["parallelism"];
+  CHECK(p["recompute_granularity"] == "selective");
+  CHECK(p["recompute_modules"] == json::array({"layernorm", "moe_act"}));
+}

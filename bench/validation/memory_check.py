@@ -74,6 +74,17 @@ def loss_of(c):
     return "compiled" if compiled and date and date.group(0) >= "2025-04-02" else "pytorch"
 
 
+def elementwise_of(c):
+    """torchtitan without torch.compile runs RMSNorm, RoPE and SwiGLU as chains of plain PyTorch
+    kernels (models/norms.py, models/llama/model.py at 9dec370); compiled, Inductor fuses them."""
+    if "torchtitan" not in c["framework"].lower():
+        return "fused"
+    other = (c["parallelism"].get("other") or "").lower()
+    compiled = ("torch.compile" in other and "compile: false" not in other
+                and "compile per transformerblock: false" not in other)
+    return "fused" if compiled else "eager"
+
+
 def probs_of(c):
     """Megatron-core multiplies the routing weights in the experts' activation from 2025-04-09
     (commit 2659630721; every Megatron case here is later); torchtitan's DeepSeek-V3 weights the
@@ -149,7 +160,8 @@ def scenario_of(c):
     return {"model": model_of(c, notes), "cluster": cluster_of(hw, notes),
             "training": {"seq_length": t["seq_length"], "global_batch_size": gbs, "precision": prec,
                          "attention_kernel": sc_attention,
-                         "cross_entropy": loss_of(c), "moe_router_probs": probs_of(c)},
+                         "cross_entropy": loss_of(c), "moe_router_probs": probs_of(c),
+                         **({"elementwise": "eager"} if elementwise_of(c) == "eager" else {})},
             "parallelism": par}, notes
 
 

@@ -452,6 +452,30 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
     w.programs.push_back(std::move(mtp));
   }
 
+  if (opt.eager_elementwise) {
+    // HBM traffic per element of the eager decompositions against one fused kernel, bytes read
+    // + written, BF16 activations, from torchtitan's Llama at 9dec370 (Dec 2024):
+    //  - RMSNorm (models/norms.py: `_norm(x.float()).type_as(x) * weight`, `_norm` = x *
+    //    rsqrt(x.pow(2).mean(-1) + eps)): float 2+4, pow 4+4, mean 4, x*rsqrt 4+4, type_as 4+2,
+    //    *weight 2+2 = 36 against 2+2: x9.
+    //  - RoPE (models/llama/model.py apply_rotary_emb: view_as_complex(x.float()) * freqs_cis,
+    //    view_as_real, type_as): float 2+4, complex mul 4+4, type_as 4+2 = 20 against 2+2: x5.
+    //  - SwiGLU (w2(F.silu(w1(x)) * w3(x))): silu 2+2, mul 2+2+2 = 10 per hidden element
+    //    against the fused 3 x 2 = 6: x5/3.
+    // The backward's autograd of the same chains is taken to scale alike.
+    auto ends_with = [](const std::string& s, const std::string& tail) {
+      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (Program& prog : w.programs)
+      for (Op& op : prog.ops) {
+        if (op.kind != OpKind::Vector) continue;
+        if (ends_with(op.name, "norm") && m.norm == NormKind::RMSNorm) op.bytes_per_token *= 9.0;
+        else if (ends_with(op.name, "rope")) op.bytes_per_token *= 5.0;
+        else if ((ends_with(op.name, "mlp_act") || ends_with(op.name, "expert_act")) && m.mlp == MlpKind::SwiGLU)
+          op.bytes_per_token *= 5.0 / 3.0;
+      }
+  }
+
   w.items.push_back(PipelineItem{ItemKind::Embedding, 0, 0});
   for (int i = 0; i < m.num_layers; ++i)
     w.items.push_back(PipelineItem{ItemKind::Decoder, i, m.is_moe_layer[i] ? moe_prog : dense_prog});

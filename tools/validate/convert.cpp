@@ -460,6 +460,10 @@ ConvertedCase case_to_scenario(const json& c) {
     p["recompute_method"] = block ? "block" : "uniform";
     p["recompute_num_layers"] = find_int_after(rec, "block,").value_or(1);
     if (has(rec, "activation-function")) notes.push_back("activation-function recomputation beside full recompute ignored");
+  } else if (has(rec, "'op' sac") || has(rec, "op sac policy")) {
+    // torchtitan's per-operator selective checkpointing (selective_ac_option = "op": keeps the
+    // outputs of every second matmul and of SDPA, recomputes the rest).
+    p["recompute_granularity"] = "selective_op";
   } else if (has(rec, "selective")) {
     p["recompute_granularity"] = "selective";
     json mods = json::array();

@@ -242,6 +242,8 @@ void parse_training(const nlohmann::json& j, const std::string& ptr, TrainingSpe
                                                 : models::CrossEntropy::Fused;
   const std::string probs = r.string({"moe_router_probs"}, "activation", {"activation", "output"});
   t.workload.moe_probs = probs == "output" ? models::MoeProbs::Output : models::MoeProbs::Activation;
+  // "eager": norms, RoPE and SwiGLU as chains of plain PyTorch kernels (no torch.compile).
+  t.workload.eager_elementwise = r.string({"elementwise"}, "fused", {"fused", "eager"}) == "eager";
   if (const auto* d = r.get({"documents"})) {
     ObjectReader q(*d, r.child_pointer("documents"), diag);
     t.documents.packed = true;

@@ -170,6 +170,10 @@ struct WorkloadOptions {
   AttentionKernel attention = AttentionKernel::Flash;
   CrossEntropy cross_entropy = CrossEntropy::Fused;
   MoeProbs moe_probs = MoeProbs::Activation;
+  /// Normalisation, RoPE and SwiGLU run as plain PyTorch eager operators (torchtitan without
+  /// torch.compile), each a chain of unfused kernels, instead of fused kernels (Megatron / TE,
+  /// MindSpeed, or anything torch.compile'd). Multiplies those operators' memory traffic.
+  bool eager_elementwise = false;
 };
 
 Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt = {});
