@@ -577,3 +577,31 @@ TEST_CASE("validate: torchtitan's 'op' SAC policy is operator-level selective ch
   CHECK(p["recompute_granularity"] == "selective");
   CHECK(p["recompute_modules"] == json::array({"layernorm", "moe_act"}));
 }
+
+TEST_CASE("validate: a case that states unfused attention gets it (BLOOM-176B on MindSpeed without --use-flash-attn)",
+          "[validate]") {
+  json c = gpt_1t_case();
+  CHECK_FALSE(case_to_scenario(c).scenario["training"].contains("attention_kernel"));
+  c["software"] = {{"framework", "MindSpeed-LLM"}, {"year", 2024},
+                   {"attention_kernel", "unfused (the script has no --use-flash-attn)"}};
+  const ConvertedCase conv = case_to_scenario(c);
+  CHECK(conv.scenario["training"]["attention_kernel"] == "unfused");
+  const strategies::Scenario s = strategies::load_scenario(conv.scenario, "t", "");
+  CHECK(s.training.workload.attention == models::AttentionKernel::Unfused);
+}
+
+TEST_CASE("validate: a run's stated CUDA graphs remove host launches, keeping its stack", "[validate][software]") {
+  json c = gpt_1t_case();
+  c["category"] = "nemo_perf_summary_25.09_megatron_bridge";
+  c["software"] = {{"framework", "Megatron-Bridge"}, {"year", 2025}, {"cuda_graphs", true}};
+  const ConvertedCase conv = case_to_scenario(c);
+  REQUIRE(conv.scenario["software"].is_object());
+  CHECK(conv.scenario["software"]["preset"] == "nemo-2-perf");
+  CHECK(conv.scenario["software"]["host_dispatch"] == "graphs");
+  const strategies::Scenario s = strategies::load_scenario(conv.scenario, "t", "");
+  CHECK(s.software.host_graphs);
+  CHECK(s.simulation.launch_overhead == 0.0);
+  CHECK(s.plan.distributed_optimizer);  // the stack's defaults still apply
+  c["software"]["cuda_graphs"] = false;
+  CHECK(case_to_scenario(c).scenario["software"] == "nemo-2-perf");
+}

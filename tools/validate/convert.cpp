@@ -370,6 +370,24 @@ ConvertedCase case_to_scenario(const json& c) {
     s["software"] = stack;
     notes.push_back("software stack " + stack + " (from the source)");
   }
+  // Layers captured in CUDA graphs, where the run's configuration says so (Megatron-Bridge's
+  // perf_matrix cuda_graphs): kernels replayed without a host launch each.
+  if (c.contains("software") && c["software"].is_object() && c["software"].contains("cuda_graphs") &&
+      c["software"]["cuda_graphs"].is_boolean() && c["software"]["cuda_graphs"].get<bool>()) {
+    json sw = {{"host_dispatch", "graphs"}};
+    if (!stack.empty()) sw["preset"] = stack;
+    s["software"] = sw;
+    notes.push_back("layers in CUDA graphs (the run's configuration): no host launch per operator");
+  }
+  // An attention kernel the case states against its stack's default (a script without
+  // --use-flash-attn runs Megatron's unfused CoreAttention).
+  if (c.contains("software") && c["software"].is_object()) {
+    const std::string kernel = lower(text_of(c["software"], "attention_kernel"));
+    if (kernel.rfind("unfused", 0) == 0) {
+      training["attention_kernel"] = "unfused";
+      notes.push_back("unfused attention (batched GEMMs around a softmax), as the case states");
+    }
+  }
   s["training"] = training;
 
   // Parallelism.
