@@ -271,3 +271,17 @@ TEST_CASE("models: eager PyTorch norms, RoPE and SwiGLU move the traffic of thei
   CHECK(bytes(g1, "attn_norm") == Approx(bytes(g0, "attn_norm")));
   CHECK(bytes(g1, "mlp_act") == Approx(bytes(g0, "mlp_act")));
 }
+
+TEST_CASE("models: the K-loop's fixed cost covers twice the K elements in FP8", "[models][compute]") {
+  Diagnostics diag("t");
+  DeviceSpec d = load_device("b200-sxm-180gb", "/d", diag);
+  REQUIRE(diag.ok());
+  d.gemm_tiles = {GemmTile{128, 128}};
+  d.gemm_k_overhead = 400;
+  CHECK(gemm_k_overhead(d, Precision::BF16) == 400);
+  CHECK(gemm_k_overhead(d, Precision::FP8) == 800);
+  // 148 tiles of 128 x 128 fill B200's 148 SMs once: only the K term remains.
+  // K = 768 (a fine-grained expert's down projection): 768 / 1168 in BF16, 768 / 1568 in FP8.
+  CHECK(gemm_shape_efficiency(d, 128 * 4, 128 * 37, 768, 1, Precision::BF16) == Approx(768.0 / 1168.0));
+  CHECK(gemm_shape_efficiency(d, 128 * 4, 128 * 37, 768, 1, Precision::FP8) == Approx(768.0 / 1568.0));
+}

@@ -69,7 +69,7 @@ void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, Devi
       complete = false;
     }
     if (!complete || d.gemm_tiles.empty()) continue;
-    const double modelled = d.peak(b.precision).value() * gemm_shape_efficiency(d, b.m, b.n, b.k, b.groups);
+    const double modelled = d.peak(b.precision).value() * gemm_shape_efficiency(d, b.m, b.n, b.k, b.groups, b.precision);
     b.log_ratio = std::log(b.tflops * 1e12 / modelled);
     d.gemm_benchmarks.push_back(b);
   }
@@ -77,7 +77,13 @@ void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, Devi
 
 }  // namespace
 
-double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch) {
+double gemm_k_overhead(const DeviceSpec& d, Precision p) {
+  // The K-loop's fixed cost is time per output tile; an FP8 main loop covers twice the K
+  // elements of a 16-bit one in that time.
+  return p == Precision::FP8 ? 2.0 * d.gemm_k_overhead : d.gemm_k_overhead;
+}
+
+double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch, Precision p) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
   const double units = d.compute_units;
   double best = 0.0;
@@ -88,7 +94,7 @@ double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, 
     const double waves = std::ceil(tiles / units);
     best = std::max(best, (m * n * batch) / (waves * units * t.m * t.n));
   }
-  return best * (k / (k + d.gemm_k_overhead));
+  return best * (k / (k + gemm_k_overhead(d, p)));
 }
 
 double gemm_benchmark_correction(const DeviceSpec& d, double m, double n, double k, Precision p) {
@@ -211,7 +217,7 @@ double ComputeModel::gemm_efficiency(double m, double n, double k, double batch,
       p == Precision::FP8 && d.gemm_fp8_efficiency > 0 ? d.gemm_fp8_efficiency : d.gemm_peak_efficiency;
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return peak_eff;
   // A benchmark correction can lift a shape above what the peak fraction alone allows, never above the peak.
-  return std::min(1.0, peak_eff * gemm_shape_efficiency(d, m, n, k, batch) * gemm_benchmark_correction(d, m, n, k, p));
+  return std::min(1.0, peak_eff * gemm_shape_efficiency(d, m, n, k, batch, p) * gemm_benchmark_correction(d, m, n, k, p));
 }
 
 Seconds ComputeModel::gemm(double m, double n, double k, Precision p, double batch) const {
@@ -240,7 +246,7 @@ Seconds ComputeModel::grouped_gemm(const std::vector<double>& m, const std::vect
     flops += f;
     ++groups;
     k_mean += f * k[g];
-    k_weighted += f * (k[g] / (k[g] + d.gemm_k_overhead));  // FLOP-weighted K term
+    k_weighted += f * (k[g] / (k[g] + gemm_k_overhead(d, p)));  // FLOP-weighted K term
     bytes += (m[g] * k[g] + k[g] * n) * elem + m[g] * n * 2.0;
     useful += m[g] * n;
   }

@@ -56,7 +56,7 @@ struct DeviceSpec {
   std::vector<GemmTile> gemm_tiles;
   double gemm_peak_efficiency = 0.8;
   double gemm_fp8_efficiency = 0.0;  ///< sustained fraction of the FP8 peak; 0: as BF16
-  double gemm_k_overhead = 128;  ///< elements
+  double gemm_k_overhead = 128;  ///< K elements of a 16-bit main loop the per-tile fixed cost equals (FP8: twice)
   /// GEMM micro-benchmarks of the device's kernel library. Where the training precision has
   /// some, a GEMM runs at gemm_(fp8_)peak_efficiency x shape efficiency x the benchmarks'
   /// measured/modelled ratio interpolated to its shape (inverse squared distance in log m, n,
@@ -101,7 +101,11 @@ DeviceSpec parse_device(const nlohmann::json& j, const std::string& pointer, Dia
 
 /// Tile x wave quantisation x K fill/drain of a GEMM shape on the device, without the peak
 /// fraction: what the shape alone costs (1 for a shape that fills every tile slot, infinite K).
-[[nodiscard]] double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch = 1);
+[[nodiscard]] double gemm_shape_efficiency(const DeviceSpec& d, double m, double n, double k, double batch = 1,
+                                           Precision p = Precision::BF16);
+/// The K-loop fill/drain cost in K elements for GEMMs in precision `p` (gemm_k_overhead is the
+/// 16-bit figure; FP8 doubles it).
+[[nodiscard]] double gemm_k_overhead(const DeviceSpec& d, Precision p);
 /// The benchmarks' measured/modelled ratio at a shape, for GEMMs in precision `p`: the nearest
 /// benchmarks' ratios weighted by inverse squared distance in (log2 m, log2 n, log2 k), m per
 /// group; the ratio itself at a benchmarked shape; 1 with no benchmark in that precision.
