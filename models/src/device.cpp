@@ -71,6 +71,9 @@ void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, Devi
     if (!complete || d.gemm_tiles.empty()) continue;
     const double modelled = d.peak(b.precision).value() * gemm_shape_efficiency(d, b.m, b.n, b.k, b.groups, b.precision);
     b.log_ratio = std::log(b.tflops * 1e12 / modelled);
+    b.log2_m = std::log2(b.m);
+    b.log2_n = std::log2(b.n);
+    b.log2_k = std::log2(b.k);
     d.gemm_benchmarks.push_back(b);
   }
 }
@@ -101,10 +104,18 @@ double gemm_benchmark_correction(const DeviceSpec& d, double m, double n, double
   if (d.gemm_benchmarks.empty() || m <= 0 || n <= 0 || k <= 0) return 1.0;
   const Precision want = p == Precision::FP16 ? Precision::BF16 : p;
   double wsum = 0, lsum = 0;
+  bool any = false;
+  double lm = 0, ln = 0, lk = 0;
   for (const GemmBenchmark& b : d.gemm_benchmarks) {
     const Precision bp = b.precision == Precision::FP16 ? Precision::BF16 : b.precision;
     if (bp != want) continue;
-    const double dm = std::log2(m / b.m), dn = std::log2(n / b.n), dk = std::log2(k / b.k);
+    if (!any) {  // logs of the query once, only when some benchmark is in its precision
+      lm = std::log2(m);
+      ln = std::log2(n);
+      lk = std::log2(k);
+      any = true;
+    }
+    const double dm = lm - b.log2_m, dn = ln - b.log2_n, dk = lk - b.log2_k;
     const double d2 = dm * dm + dn * dn + dk * dk;
     if (d2 < 1e-12) return std::exp(b.log_ratio);
     const double w = 1.0 / (d2 * d2);  // inverse squared distance (d2 is already squared)

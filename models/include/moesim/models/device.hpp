@@ -44,6 +44,7 @@ struct GemmBenchmark {
   /// log(measured / (rated peak x the tile/wave/K model's shape efficiency)): what the shape
   /// model misses at this point. Filled in by parse_device.
   double log_ratio = 0;
+  double log2_m = 0, log2_n = 0, log2_k = 0;  ///< the shape in the interpolation's coordinates
 };
 
 struct DeviceSpec {
