@@ -59,30 +59,28 @@ def model_of(c, notes):
 LEGACY = False  # --legacy-sharding: FSDP as the distributed optimizer (all moesim could say before issue 15)
 
 
+def torch_compiled(c):
+    """Whether the case's run used torch.compile (its parallelism.other text says so)."""
+    other = (c["parallelism"].get("other") or "").lower()
+    return ("torch.compile" in other and "compile: false" not in other
+            and "compile per transformerblock: false" not in other)
+
+
 def loss_of(c):
     """Megatron computes the loss with its fused vocab-parallel kernel; torchtitan with plain
     F.cross_entropy, which it compiles together with the model from 2025-04-02 (commit bbb1b616e,
     "refactor train_spec.loss_fn to build_loss_fn", pytorch/torchtitan #1033; commented out
     before, e.g. train.py at 9dec370)."""
-    fw = c["framework"].lower()
-    if "torchtitan" not in fw:
+    if "torchtitan" not in c["framework"].lower():
         return "fused"
-    other = (c["parallelism"].get("other") or "").lower()
-    compiled = ("torch.compile" in other and "compile: false" not in other
-                and "compile per transformerblock: false" not in other)
     date = re.search(r"\d{4}-\d{2}-\d{2}", c["framework"])
-    return "compiled" if compiled and date and date.group(0) >= "2025-04-02" else "pytorch"
+    return "compiled" if torch_compiled(c) and date and date.group(0) >= "2025-04-02" else "pytorch"
 
 
 def elementwise_of(c):
     """torchtitan without torch.compile runs RMSNorm, RoPE and SwiGLU as chains of plain PyTorch
     kernels (models/norms.py, models/llama/model.py at 9dec370); compiled, Inductor fuses them."""
-    if "torchtitan" not in c["framework"].lower():
-        return "fused"
-    other = (c["parallelism"].get("other") or "").lower()
-    compiled = ("torch.compile" in other and "compile: false" not in other
-                and "compile per transformerblock: false" not in other)
-    return "fused" if compiled else "eager"
+    return "eager" if "torchtitan" in c["framework"].lower() and not torch_compiled(c) else "fused"
 
 
 def probs_of(c):

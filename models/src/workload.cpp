@@ -463,15 +463,12 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
     //  - SwiGLU (w2(F.silu(w1(x)) * w3(x))): silu 2+2, mul 2+2+2 = 10 per hidden element
     //    against the fused 3 x 2 = 6: x5/3.
     // The backward's autograd of the same chains is taken to scale alike.
-    auto ends_with = [](const std::string& s, const std::string& tail) {
-      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-    };
     for (Program& prog : w.programs)
       for (Op& op : prog.ops) {
         if (op.kind != OpKind::Vector) continue;
-        if (ends_with(op.name, "norm") && m.norm == NormKind::RMSNorm) op.bytes_per_token *= 9.0;
-        else if (ends_with(op.name, "rope")) op.bytes_per_token *= 5.0;
-        else if ((ends_with(op.name, "mlp_act") || ends_with(op.name, "expert_act")) && m.mlp == MlpKind::SwiGLU)
+        if (op.name.ends_with("norm") && m.norm == NormKind::RMSNorm) op.bytes_per_token *= 9.0;
+        else if (op.name.ends_with("rope")) op.bytes_per_token *= 5.0;
+        else if ((op.name.ends_with("mlp_act") || op.name.ends_with("expert_act")) && m.mlp == MlpKind::SwiGLU)
           op.bytes_per_token *= 5.0 / 3.0;
       }
   }

@@ -370,10 +370,12 @@ ConvertedCase case_to_scenario(const json& c) {
     s["software"] = stack;
     notes.push_back("software stack " + stack + " (from the source)");
   }
+  // What the case itself states about its software, beyond the stack.
+  const json no_statement = json::object();
+  const json& stated = c.contains("software") && c["software"].is_object() ? c["software"] : no_statement;
   // Layers captured in CUDA graphs, where the run's configuration says so (Megatron-Bridge's
   // perf_matrix cuda_graphs): kernels replayed without a host launch each.
-  if (c.contains("software") && c["software"].is_object() && c["software"].contains("cuda_graphs") &&
-      c["software"]["cuda_graphs"].is_boolean() && c["software"]["cuda_graphs"].get<bool>()) {
+  if (stated.contains("cuda_graphs") && stated["cuda_graphs"] == true) {
     json sw = {{"host_dispatch", "graphs"}};
     if (!stack.empty()) sw["preset"] = stack;
     s["software"] = sw;
@@ -381,12 +383,9 @@ ConvertedCase case_to_scenario(const json& c) {
   }
   // An attention kernel the case states against its stack's default (a script without
   // --use-flash-attn runs Megatron's unfused CoreAttention).
-  if (c.contains("software") && c["software"].is_object()) {
-    const std::string kernel = lower(text_of(c["software"], "attention_kernel"));
-    if (kernel.rfind("unfused", 0) == 0) {
-      training["attention_kernel"] = "unfused";
-      notes.push_back("unfused attention (batched GEMMs around a softmax), as the case states");
-    }
+  if (lower(text_of(stated, "attention_kernel")).starts_with("unfused")) {
+    training["attention_kernel"] = "unfused";
+    notes.push_back("unfused attention (batched GEMMs around a softmax), as the case states");
   }
   s["training"] = training;
 
