@@ -285,3 +285,54 @@ TEST_CASE("models: the K-loop's fixed cost covers twice the K elements in FP8", 
   CHECK(gemm_shape_efficiency(d, 128 * 4, 128 * 37, 768, 1, Precision::BF16) == Approx(768.0 / 1168.0));
   CHECK(gemm_shape_efficiency(d, 128 * 4, 128 * 37, 768, 1, Precision::FP8) == Approx(768.0 / 1568.0));
 }
+
+TEST_CASE("models: attention follows the published micro-benchmarks' fall-off with sequence, mask and head dim",
+          "[models][compute]") {
+  Diagnostics diag("t");
+  const DeviceSpec d = load_device("h100-sxm-80gb", "/d", diag);
+  REQUIRE(diag.ok());
+  REQUIRE(d.attention_benchmarks.size() == 8);  // cuDNN and FA2: fwd (3 series) and bwd (1) each
+  // The reference: cuDNN forward, non-causal, head dim 128 at 16K (595 TFLOP/s).
+  CHECK(attention_shape_factor(d, 16384, 128, false, false) == Approx(1.0));
+  // At a measured point: causal 4K ran at 518 TFLOP/s.
+  CHECK(attention_shape_factor(d, 4096, 128, true, false) == Approx(518.0 / 595));
+  // Between points, linear in log2(seq): causal at 2^11.5 is halfway between 484 and 518.
+  CHECK(attention_shape_factor(d, std::exp2(11.5), 128, true, false) == Approx(501.0 / 595));
+  // Head dim 192 (MLA's 192/128): halfway in log2 between 128 and 256 at 8K causal
+  // (529 and 497): log2(192) - 7 = 0.585.
+  const double w = std::log2(192.0) - 7.0;
+  CHECK(attention_shape_factor(d, 8192, 192, true, false) == Approx(((1 - w) * 529 + w * 497) / 595));
+  // Outside the measured range: clamped.
+  CHECK(attention_shape_factor(d, 256, 128, true, false) == Approx(315.0 / 595));
+  CHECK(attention_shape_factor(d, 131072, 128, true, false) == Approx(539.0 / 595));
+  // Backward has no causal series: the non-causal one (8K: 518 of 516 at 16K) times the
+  // forward's mask ratio at 8K (529 / 600).
+  CHECK(attention_shape_factor(d, 8192, 128, true, true) == Approx(518.0 / 516 * 529.0 / 600));
+  // Through the compute model: a causal 4K forward at 0.6 x 518/595 of peak (+ launch).
+  const ComputeModel cm(d);
+  const double bh = 32, s = 4096, flops = 2.0 * bh * s * s * 256 * 0.5;
+  CHECK(cm.attention(bh, s, s, 128, 128, true, 0, Precision::BF16).value() ==
+        Approx(flops / (d.peak_bf16.value() * 0.6 * 518.0 / 595) + d.kernel_overhead.value()));
+  // FlashAttention-2's series when the scenario runs FA2.
+  DeviceSpec fa2 = d;
+  fa2.attention_flash2 = true;
+  CHECK(attention_shape_factor(fa2, 2048, 128, true, false) == Approx(298.0 / 370));
+  // A device without benchmarks keeps its constant efficiency.
+  const DeviceSpec a = load_device("ascend-910b2", "/d", diag);
+  CHECK(attention_shape_factor(a, 1024, 128, true, true) == 1.0);
+  // Bad series are named: lengths that differ, a descending sequence, a causal-only kernel.
+  Diagnostics bad("t");
+  (void)load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "attention_benchmarks": [
+      {"kernel": "flash", "direction": "forward", "causal": false, "seq": [512, 1024], "tflops": [300]},
+      {"kernel": "flash", "direction": "forward", "causal": false, "seq": [1024, 512], "tflops": [300, 400]}]})"),
+                    "/d", bad);
+  REQUIRE(bad.list().size() == 2);
+  CHECK(bad.list()[0].pointer == "/d/attention_benchmarks/0");
+  CHECK(bad.list()[1].pointer == "/d/attention_benchmarks/1/seq/1");
+  Diagnostics ref("t");
+  (void)load_device(nlohmann::json::parse(R"({"preset": "h100-sxm-80gb", "attention_benchmarks": [
+      {"kernel": "flash2", "direction": "backward", "causal": true, "seq": [512], "tflops": [300]}]})"),
+                    "/d", ref);
+  REQUIRE(ref.list().size() == 1);
+  CHECK(ref.list()[0].constraint.find("no non-causal one") != std::string::npos);
+}

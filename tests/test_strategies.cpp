@@ -707,3 +707,81 @@ TEST_CASE("interference: compute overlapped by communication is slowed by the do
   one["simulation"]["comm_compute_slowdown"] = 0.5;
   CHECK(simulate(load_scenario(one, "t.json", "")).result.step_time_s == alone.step_time_s);
 }
+
+TEST_CASE("context parallelism: the ring runs step by step, the last step waits for the last block",
+          "[strategies][cp]") {
+  // A small Llama at CP 4 (one server, DP 2): 4K tokens per micro-batch, 1K per rank.
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 2816,
+              "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 4096, "global_batch_size": 4},
+    "parallelism": {"tp": 1, "pp": 1, "cp": 4, "mbs": 1}})");
+  const Scenario sc = load_scenario(j, "t.json", "");
+  const Simulation s = simulate(sc);
+  const auto& g = s.lowered.graph;
+  const models::ComputeModel cm(sc.cluster.device);
+  // Per ring step: 8 heads, 1K queries; step 0 the local 1K x 1K block under the mask, later
+  // steps 1K x 512 without it (the same FLOPs). Forward: steps 0-2 in one task, step 3 alone.
+  const Seconds first = cm.attention(8, 1024, 1024, 128, 128, true, 0, models::Precision::BF16);
+  const Seconds later = cm.attention(8, 1024, 512, 128, 128, false, 0, models::Precision::BF16);
+  CHECK(2.0 * 8 * 1024 * 1024 * 256 * 0.5 == Approx(2.0 * 8 * 1024 * 512 * 256));
+  int lasts = 0, homes = 0, rings = 0;
+  Tick last_ring_end = 0;  // the ring issued just before (tasks are added in program order)
+  for (sim::TaskId id = 0; id < g.num_tasks(); ++id) {
+    const std::string l = g.label_text(g.label(id));
+    if (l.ends_with(".kv_ring")) {
+      ++rings;
+      last_ring_end = s.run.end[id];
+    }
+    if (l.ends_with("core_attn.ring_last")) {
+      ++lasts;
+      CHECK(g.duration(id) == to_ticks(later));
+      CHECK(s.run.start[id] >= last_ring_end);  // waited for the ring of its layer
+    }
+    if (l.ends_with("core_attn")) CHECK(g.duration(id) == to_ticks(first + later * 2.0));
+    if (l.ends_with(".dkv_home")) ++homes;
+  }
+  CHECK(rings > 0);
+  CHECK(lasts > 0);
+  CHECK(homes > 0);  // backward sends the key/value gradients home
+  // The ring is communication: it appears in the CP part of the breakdown.
+  CHECK(s.result.breakdown.cp_comm_s > 0);
+
+  // All-gather CP (Megatron --cp-comm-type all_gather, Llama 3): the whole keys/values first,
+  // one masked kernel over the full 4K keys, the gradients reduce-scattered after the backward.
+  j["parallelism"]["cp_comm_type"] = "all_gather";
+  const Scenario ag_sc = load_scenario(j, "t.json", "");
+  CHECK(ag_sc.plan.cp_all_gather);
+  const Simulation ag = simulate(ag_sc);
+  const auto& ga = ag.lowered.graph;
+  const Seconds whole = cm.attention(8, 1024, 4096, 128, 128, true, 0, models::Precision::BF16);
+  int gathers = 0, scatters = 0, kernels = 0;
+  Tick gather_end = 0;
+  for (sim::TaskId id = 0; id < ga.num_tasks(); ++id) {
+    const std::string l = ga.label_text(ga.label(id));
+    CHECK(!l.ends_with(".ring_last"));
+    if (l.ends_with(".kv_all_gather")) {
+      ++gathers;
+      gather_end = ag.run.end[id];
+    }
+    if (l.ends_with(".dkv_reduce_scatter")) ++scatters;
+    if (l.ends_with("core_attn")) {
+      ++kernels;
+      CHECK(ga.duration(id) == to_ticks(whole));
+      CHECK(ag.run.start[id] >= gather_end);  // nothing overlaps the gather
+    }
+  }
+  CHECK(gathers > 0);
+  CHECK(kernels > 0);
+  CHECK(scatters > 0);
+  // The plan printed by search keeps the choice; a Megatron command line sets it; a wrong name
+  // is refused with its path.
+  CHECK(plan_to_json(ag_sc.plan, ag_sc.model)["cp_comm_type"] == "all_gather");
+  nlohmann::json k = j;
+  k["parallelism"].erase("cp_comm_type");
+  k["parallelism"]["megatron_args"] = "--cp-comm-type all_gather";
+  CHECK(load_scenario(k, "t.json", "").plan.cp_all_gather);
+  j["parallelism"]["cp_comm_type"] = "a2a";
+  CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/parallelism/cp_comm_type"));
+}

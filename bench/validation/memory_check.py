@@ -119,6 +119,9 @@ def scenario_of(c):
         sc_attention = "flash"
     if p.get("sequence_parallel") and par["tp"] > 1:
         par["sequence_parallel"] = True
+    if par["cp"] > 1 and "allgather" in (p.get("other") or "").lower().replace("-", "").replace(" ", ""):
+        par["cp_comm_type"] = "all_gather"  # torchtitan's allgather rotation: gather K/V, then attend
+        notes.append("context parallelism by all-gather (torchtitan's allgather rotate method)")
     sharding = (p.get("sharding") or "").lower()
     if LEGACY and ("fsdp" in sharding or "zero-3" in sharding):
         par["use_distributed_optimizer"] = True

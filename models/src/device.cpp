@@ -78,7 +78,118 @@ void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, Devi
   }
 }
 
+/// "attention_benchmarks": [{"kernel": "flash", "direction": "forward", "causal": true,
+/// "head_dim": 128, "seq": [512, ...], "tflops": [315, ...]}, ...]. Needs the peaks.
+void parse_attention_benchmarks(const nlohmann::json& j, const std::string& ptr, DeviceSpec& d, Diagnostics& diag) {
+  if (!j.is_array()) {
+    diag.error(ptr, json_brief(j), "must be a list of {kernel, direction, causal, head_dim, seq, tflops} series");
+    return;
+  }
+  const double peak = d.peak(Precision::BF16).value() / 1e12;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string at = ptr + "/" + std::to_string(i);
+    ObjectReader e(j[i], at, diag);
+    if (!e.valid()) continue;
+    AttentionSeries s;
+    s.flash2 = e.string({"kernel"}, "flash", {"flash", "flash2"}) == "flash2";
+    s.backward = e.string({"direction"}, "forward", {"forward", "backward"}) == "backward";
+    s.causal = e.boolean({"causal"}, false);
+    s.head_dim = e.number({"head_dim"}, 128, 1, 4096);
+    e.ignore({"source", "_source", "note", "seq", "tflops"});
+    e.finish();
+    const auto* seq = j[i].is_object() && j[i].contains("seq") ? &j[i]["seq"] : nullptr;
+    const auto* tf = j[i].is_object() && j[i].contains("tflops") ? &j[i]["tflops"] : nullptr;
+    if (seq == nullptr || tf == nullptr || !seq->is_array() || !tf->is_array() || seq->empty() ||
+        seq->size() != tf->size()) {
+      diag.error(at, "", "needs \"seq\" and \"tflops\": lists of numbers of the same, non-zero length");
+      continue;
+    }
+    bool ok = true;
+    for (std::size_t k = 0; k < seq->size(); ++k) {
+      const auto& sv = (*seq)[k];
+      const auto& tv = (*tf)[k];
+      if (!sv.is_number() || sv.get<double>() < 1 ||
+          (k > 0 && sv.get<double>() <= (*seq)[k - 1].get<double>())) {
+        diag.error(at + "/seq/" + std::to_string(k), json_brief(sv), "must be a sequence length >= 1, ascending");
+        ok = false;
+        continue;
+      }
+      if (!tv.is_number() || tv.get<double>() <= 0 || (peak > 0 && tv.get<double>() > peak)) {
+        diag.error(at + "/tflops/" + std::to_string(k), json_brief(tv),
+                   fmt::format("must be a throughput in TFLOP/s, > 0 and at most the BF16 peak ({:g})", peak));
+        ok = false;
+        continue;
+      }
+      s.log2_seq.push_back(std::log2(sv.get<double>()));
+      s.tflops.push_back(tv.get<double>());
+    }
+    if (ok) d.attention_benchmarks.push_back(std::move(s));
+  }
+  // Every kernel and direction measured needs a non-causal series: the reference the device's
+  // attention efficiency is given for.
+  for (const AttentionSeries& s : d.attention_benchmarks) {
+    const bool has_ref = std::any_of(d.attention_benchmarks.begin(), d.attention_benchmarks.end(), [&](const auto& o) {
+      return o.flash2 == s.flash2 && o.backward == s.backward && !o.causal;
+    });
+    if (!has_ref) {
+      diag.error(ptr, "", fmt::format("has {} {} series but no non-causal one, the reference attention_efficiency "
+                                      "is given for",
+                                      s.flash2 ? "flash2" : "flash", s.backward ? "backward" : "forward"));
+      d.attention_benchmarks.clear();
+      return;
+    }
+  }
+}
+
+/// TFLOP/s of a series at log2(seq): linear between points, clamped at the ends.
+double series_at(const AttentionSeries& s, double l2) {
+  const auto& x = s.log2_seq;
+  if (l2 <= x.front()) return s.tflops.front();
+  if (l2 >= x.back()) return s.tflops.back();
+  const std::size_t i = static_cast<std::size_t>(std::upper_bound(x.begin(), x.end(), l2) - x.begin());
+  const double w = (l2 - x[i - 1]) / (x[i] - x[i - 1]);
+  return s.tflops[i - 1] + w * (s.tflops[i] - s.tflops[i - 1]);
+}
+
+/// Measured TFLOP/s for (kernel in use, direction, mask) at log2(seq) and head dimension:
+/// linear in log2(head_dim) between the two nearest series, clamped. 0 with no such series.
+double attention_measured(const DeviceSpec& d, bool backward, bool causal, double l2, double head_dim) {
+  const double lh = std::log2(head_dim);
+  const AttentionSeries* below = nullptr;  // largest head_dim <= the query
+  const AttentionSeries* above = nullptr;  // smallest head_dim >= the query
+  for (const AttentionSeries& s : d.attention_benchmarks) {
+    if (s.flash2 != d.attention_flash2 || s.backward != backward || s.causal != causal) continue;
+    if (s.head_dim <= head_dim && (below == nullptr || s.head_dim > below->head_dim)) below = &s;
+    if (s.head_dim >= head_dim && (above == nullptr || s.head_dim < above->head_dim)) above = &s;
+  }
+  if (below == nullptr && above == nullptr) return 0;
+  if (below == nullptr) return series_at(*above, l2);
+  if (above == nullptr || above == below || above->head_dim == below->head_dim) return series_at(*below, l2);
+  const double w = (lh - std::log2(below->head_dim)) / (std::log2(above->head_dim) - std::log2(below->head_dim));
+  return (1 - w) * series_at(*below, l2) + w * series_at(*above, l2);
+}
+
 }  // namespace
+
+double attention_shape_factor(const DeviceSpec& d, double seq, double head_dim, bool causal, bool backward) {
+  if (d.attention_benchmarks.empty() || seq <= 0 || head_dim <= 0) return 1.0;
+  // The reference: non-causal, head dim 128, the longest sequence measured.
+  double ref = 0;
+  for (const AttentionSeries& s : d.attention_benchmarks)
+    if (s.flash2 == d.attention_flash2 && s.backward == backward && !s.causal)
+      ref = std::max(ref, attention_measured(d, backward, false, s.log2_seq.back(), 128));
+  if (ref <= 0) return 1.0;
+  const double l2 = std::log2(seq);
+  double v = attention_measured(d, backward, causal, l2, head_dim);
+  if (v <= 0 && causal) {
+    // No causal series in this direction: the non-causal one times the forward's mask penalty.
+    const double nc = attention_measured(d, backward, false, l2, head_dim);
+    const double fc = attention_measured(d, false, true, l2, head_dim);
+    const double fn = attention_measured(d, false, false, l2, head_dim);
+    v = fc > 0 && fn > 0 ? nc * fc / fn : nc;
+  }
+  return v > 0 ? v / ref : 1.0;
+}
 
 double gemm_k_overhead(const DeviceSpec& d, Precision p) {
   // The K-loop's fixed cost is time per output tile; an FP8 main loop covers twice the K
@@ -179,6 +290,8 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
   } else {
     diag.error(r.child_pointer("attention_efficiency"), "", "is required ({\"forward\": f, \"backward\": b})");
   }
+  if (const auto* ab = r.get({"attention_benchmarks"}))
+    parse_attention_benchmarks(*ab, r.child_pointer("attention_benchmarks"), d, diag);
   // FlashAttention-2's kernels (PyTorch SDPA's flash backend), where a framework uses them
   // instead of the device's best attention kernel (training.attention_kernel "flash2").
   if (const auto* ae = r.get({"attention_efficiency_fa2"})) {
@@ -288,7 +401,10 @@ Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, d
   // scales a backward pass (2.5 for flash attention, from the workload).
   double flops = 2.0 * bh * sq * skv * (d_qk + d_v) * bwd_factor;
   if (causal) flops *= 0.5;
-  const double eff = backward ? d.attention_bwd_efficiency : d.attention_fwd_efficiency;
+  // The measured fall-off from long non-causal attention: short sequences, the causal mask's
+  // diagonal blocks, head dimension (the square of equal work stands for a rectangular shape).
+  const double eff = (backward ? d.attention_bwd_efficiency : d.attention_fwd_efficiency) *
+                     attention_shape_factor(d, std::sqrt(sq * skv), 0.5 * (d_qk + d_v), causal, backward);
   // Attention runs in 16-bit even in FP8 recipes (Transformer Engine keeps DPA in BF16).
   const Precision ap = p == Precision::FP8 ? Precision::BF16 : p;
   const Seconds compute = Flops{flops} / (d.sustained_peak(ap) * eff);

@@ -397,6 +397,11 @@ ConvertedCase case_to_scenario(const json& c) {
   p["pp"] = pp;
   p["cp"] = cp;
   if (auto vpp = int_of(par, "vpp"); vpp && *vpp > 1) p["vpp"] = *vpp;
+  // How the CP ranks exchange keys and values, where the case states it: Megatron's names.
+  if (const std::string t = text_of(par, "cp_comm_type"); cp > 1 && !t.empty()) {
+    p["cp_comm_type"] = t;
+    notes.push_back("context parallelism by " + std::string(t == "all_gather" ? "all-gather" : "ring") + " (stated)");
+  }
   // An interleaved schedule whose virtual stages are not published (Llama 3: "a tunable
   // interleaved schedule"): two per device, the smallest interleaving, as NeMo's Llama 3.1
   // 405B recipe uses (PP 9, VPP 2).

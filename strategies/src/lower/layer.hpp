@@ -26,6 +26,7 @@ struct LayerSpec {
   int tp = 1, cp = 1, ep = 1, etp = 1, mbs = 1;
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;
+  bool cp_all_gather = false;  ///< context parallelism by all-gather (Plan::cp_all_gather), else the ring
   bool shared_expert_overlap = false;
   std::uint32_t recompute_modules = 0;  ///< selective recomputation's modules (0: none, or full recomputation)
   bool op_checkpoint = false;           ///< operator-level selective checkpointing (Recompute::SelectiveOp)

@@ -84,7 +84,7 @@ void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann:
                key == "expert_model_parallel_size" || key == "expert_tensor_parallel_size" ||
                key == "context_parallel_size" || key == "micro_batch_size" || key == "recompute_granularity" ||
                key == "recompute_method" || key == "recompute_num_layers" || key == "decoder_first_pipeline_num_layers" ||
-               key == "decoder_last_pipeline_num_layers") {
+               key == "decoder_last_pipeline_num_layers" || key == "cp_comm_type") {
       if (!has_value) diag.error(pointer, "\"" + tok + "\"", "needs a value");
       else par[key] = as_json(value);
     } else if (key == "sequence_parallel" || key == "use_distributed_optimizer" || key == "overlap_grad_reduce" ||

@@ -122,6 +122,7 @@ void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
+  p.cp_all_gather = r.string({"cp_comm_type"}, "p2p", {"p2p", "all_gather"}) == "all_gather";
   p.fb_overlap = r.boolean({"moe_fb_overlap", "fb_overlap"}, false);
   p.shared_expert_overlap = r.boolean({"moe_shared_expert_overlap", "moe_alltoall_overlap_comm"}, false);
   p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
@@ -735,6 +736,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     else {
       d.attention_fwd_efficiency = d.attention_fa2_fwd_efficiency;
       d.attention_bwd_efficiency = d.attention_fa2_bwd_efficiency;
+      d.attention_flash2 = true;  // and FA2's measured shape fall-off, where the preset has it
     }
   }
   // Divisibility is checked whenever model and cluster were readable, so that every problem

@@ -52,6 +52,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
     if (p.alltoall != AllToAllAlgo::Flat) j["moe_alltoall"] = alltoall_name(p.alltoall);
   }
   if (p.cp > 1) j["context_parallel_size"] = p.cp;
+  if (p.cp > 1 && p.cp_all_gather) j["cp_comm_type"] = "all_gather";
   j["micro_batch_size"] = p.mbs;
   j["sequence_parallel"] = p.sequence_parallel;
   j["use_distributed_optimizer"] = p.distributed_optimizer;

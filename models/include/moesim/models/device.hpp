@@ -47,6 +47,19 @@ struct GemmBenchmark {
   double log2_m = 0, log2_n = 0, log2_k = 0;  ///< the shape in the interpolation's coordinates
 };
 
+/// A published attention micro-benchmark series: the TFLOP/s one kernel reached in one direction,
+/// with or without the causal mask, at one head dimension, over square sequence lengths (the
+/// FlashAttention papers' setting: batch x sequence fixed, FLOPs 4 s^2 d h, halved when
+/// causal, x2.5 backward).
+struct AttentionSeries {
+  bool flash2 = false;    ///< FlashAttention-2's kernels rather than the device's best ("flash")
+  bool backward = false;
+  bool causal = false;
+  double head_dim = 128;
+  std::vector<double> log2_seq;  ///< ascending
+  std::vector<double> tflops;
+};
+
 struct DeviceSpec {
   std::string name;
   std::string description;
@@ -68,6 +81,11 @@ struct DeviceSpec {
   /// FlashAttention-2 (PyTorch SDPA) efficiencies; 0: not known for this device.
   double attention_fa2_fwd_efficiency = 0;
   double attention_fa2_bwd_efficiency = 0;
+  /// Attention micro-benchmarks. Where the kernel in use has them, attention_*_efficiency is
+  /// the efficiency of long non-causal attention at head dimension 128 and the series give the
+  /// shape's fall-off from it (attention_shape_factor).
+  std::vector<AttentionSeries> attention_benchmarks;
+  bool attention_flash2 = false;  ///< the kernel in use is FlashAttention-2 (training.attention_kernel)
   Bytes hbm_capacity{0};
   BytesPerSecond hbm_bandwidth{0};
   double hbm_efficiency = 0.8;
@@ -111,6 +129,14 @@ DeviceSpec parse_device(const nlohmann::json& j, const std::string& pointer, Dia
 /// benchmarks' ratios weighted by inverse squared distance in (log2 m, log2 n, log2 k), m per
 /// group; the ratio itself at a benchmarked shape; 1 with no benchmark in that precision.
 [[nodiscard]] double gemm_benchmark_correction(const DeviceSpec& d, double m, double n, double k, Precision p);
+
+/// Attention's speed at a shape relative to the kernel's long non-causal head-dim-128 speed, from
+/// the device's attention_benchmarks for the kernel in use (log-linear in sequence length and
+/// head dimension between measured points, clamped at the ends). A backward pass with a causal
+/// mask and no causal backward series takes the forward's causal/non-causal ratio. `seq` is the
+/// square length of equal work (sqrt(queries x keys)). 1 without benchmarks for the kernel.
+[[nodiscard]] double attention_shape_factor(const DeviceSpec& d, double seq, double head_dim, bool causal,
+                                            bool backward);
 
 /// Operator durations on one device. Pure functions of the DeviceSpec; cheap to copy.
 class ComputeModel {

@@ -100,6 +100,12 @@ struct Plan {
   /// Transformer Engine `--tp-comm-overlap` userbuffers, Ascend MC2): chunked, so the pair takes
   /// about the longer of the two.
   bool tp_comm_overlap = false;
+  /// Context parallelism by all-gather (Megatron --cp-comm-type all_gather, the Llama 3 paper's
+  /// CP, torchtitan's "allgather" rotation): each rank gathers every key/value block before its
+  /// attention, which runs as one masked kernel, and reduce-scatters their gradients after the
+  /// backward — nothing overlaps the transfers. false: the ring of point-to-point steps
+  /// (--cp-comm-type p2p, Megatron's and MindSpeed's default).
+  bool cp_all_gather = false;
   /// Megatron reduces BF16 gradients in FP32 unless --grad-reduce-in-bf16.
   bool grad_reduce_in_bf16 = false;
   /// Bytes per parameter of Adam's first and second moments (exp_avg, exp_avg_sq): 4 (FP32,
