@@ -785,3 +785,54 @@ TEST_CASE("context parallelism: the ring runs step by step, the last step waits 
   j["parallelism"]["cp_comm_type"] = "a2a";
   CHECK_THROWS_WITH(load_scenario(j, "t.json", ""), Catch::Contains("/parallelism/cp_comm_type"));
 }
+
+TEST_CASE("port sharing: overlapping collectives on one port slow each other, other tiers do not",
+          "[strategies][network]") {
+  // Data-parallel gradient reduction overlapped with the backward's tensor-parallel traffic.
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 32000},
+    "cluster": {"preset": "dgx-h100", "devices": 8},
+    "training": {"seq_length": 4096, "global_batch_size": 16},
+    "parallelism": {"tp": 2, "pp": 1, "mbs": 1, "sequence_parallel": true, "use_distributed_optimizer": true,
+                    "overlap_grad_reduce": true}})");
+  auto run = [&](bool sharing) {
+    nlohmann::json k = j;
+    k["simulation"] = {{"port_sharing", sharing}};
+    return simulate(load_scenario(k, "t.json", ""));
+  };
+  auto comm_durations = [](const Simulation& s, Stream st) {
+    std::vector<Tick> d;
+    const auto& g = s.lowered.graph;
+    for (sim::TaskId t : g.stream_order(s.lowered.ranks[0].streams[static_cast<int>(st)])) d.push_back(g.duration(t));
+    return d;
+  };
+  {
+    // TP and DP inside one server: both on the NVLink port.
+    const Simulation alone = run(false), shared = run(true);
+    CHECK(shared.result.step_time_s >= alone.result.step_time_s);
+    int grown = 0;
+    for (Stream st : {Stream::Tp, Stream::Dp, Stream::DpReduce}) {
+      const auto a = comm_durations(alone, st), b = comm_durations(shared, st);
+      REQUIRE(a.size() == b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(b[i] >= a[i]);
+        CHECK(b[i] <= 2 * a[i]);  // half the port at worst: at most twice as long
+        grown += b[i] > a[i];
+      }
+    }
+    CHECK(grown > 0);
+    CHECK(shared.result.breakdown.total() == Approx(shared.result.step_time_s).epsilon(1e-6));
+  }
+  {
+    // TP 8 inside each server, DP 2 across servers: NVLink and the NIC are different ports,
+    // so the overlapped tensor-parallel traffic keeps its durations.
+    j["cluster"]["devices"] = 16;
+    j["parallelism"]["tp"] = 8;
+    const Simulation alone = run(false), shared = run(true);
+    CHECK(comm_durations(shared, Stream::Tp) == comm_durations(alone, Stream::Tp));
+  }
+  // Fast fidelity times each collective alone.
+  j["simulation"] = {{"fidelity", "fast"}};
+  CHECK(load_scenario(j, "t.json", "").simulation.port_sharing);
+}

@@ -439,6 +439,11 @@ TEST_CASE("validate: FSDP named as off is not FSDP", "[validate]") {
   CHECK(case_to_scenario(c).scenario["parallelism"]["use_distributed_optimizer"] == true);
   c["parallelism"]["zero_or_fsdp"] = "Megatron-FSDP (optim_grads_params)";
   CHECK(case_to_scenario(c).scenario["parallelism"]["data_parallel_sharding_strategy"] == "optim_grads_params");
+  // A stated ZeRO stage 2 keeps the parameters whole; ZeRO-3-like FSDP shards them.
+  c["parallelism"]["zero_or_fsdp"] = "FSDP (ZeRO-2-like per paper: optimizer states and gradients sharded)";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["data_parallel_sharding_strategy"] == "optim_grads");
+  c["parallelism"]["zero_or_fsdp"] = "FSDP2 (torch fully_shard, ZeRO-3-like), degree 8";
+  CHECK(case_to_scenario(c).scenario["parallelism"]["data_parallel_sharding_strategy"] == "optim_grads_params");
 }
 
 TEST_CASE("software stack: defaults only where the scenario is silent, conditions respected", "[validate][software]") {

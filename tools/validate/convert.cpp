@@ -455,7 +455,13 @@ ConvertedCase case_to_scenario(const json& c) {
   }
   // An unstated optimizer on NeMo is the stack's (the distributed optimizer).
   if (!(nemo && zero.empty() && !distopt)) p["use_distributed_optimizer"] = distopt;
-  if (fsdp) {
+  // A stated ZeRO stage 2 ("ZeRO-2-like: optimizer states and gradients sharded", the Llama 3
+  // paper's FSDP) keeps the parameters whole; otherwise FSDP is Megatron-FSDP's default.
+  const bool zero2 = std::regex_search(zero, std::regex(R"(zero[- ]?(stage[- ]?)?2\b)"));
+  if (fsdp && zero2) {
+    p["data_parallel_sharding_strategy"] = "optim_grads";
+    notes.push_back("ZeRO-2 as stated: gradients and optimizer states sharded, parameters whole (optim_grads)");
+  } else if (fsdp) {
     // Megatron-FSDP's default strategy shards parameters, gradients and optimizer states.
     p["data_parallel_sharding_strategy"] = "optim_grads_params";
     notes.push_back("Megatron-FSDP: parameters, gradients and optimizer states sharded (optim_grads_params)");

@@ -209,6 +209,18 @@ void Lowering::build_stage_programs(const std::vector<std::vector<int>>& vs_item
   stage_flops_.assign(p_.pp, 0.0);
   for (int stage = 0; stage < p_.pp; ++stage) {
     net_.set_stage(stage);
+    {
+      auto spans = [&](GroupKind g) { return net_.shape(g).spans_nodes(); };
+      std::uint16_t bits = 0;
+      auto set = [&](Stream st, bool on) { if (on) bits |= static_cast<std::uint16_t>(1u << static_cast<int>(st)); };
+      set(Stream::Tp, spans(GroupKind::Tp) || spans(GroupKind::Etp));
+      set(Stream::Cp, spans(GroupKind::Cp));
+      set(Stream::Ep, spans(GroupKind::Ep));
+      set(Stream::Dp, spans(GroupKind::Dp) || spans(GroupKind::Edp));
+      set(Stream::DpReduce, spans(GroupKind::Dp) || spans(GroupKind::Edp));
+      for (SimRank& r : out_.ranks)
+        if (r.stage == stage) r.scale_out_streams = bits;
+    }
     StageInfo& si = out_.stages[stage];
     si.stage = stage;
     si.chunk_items.resize(p_.vpp);

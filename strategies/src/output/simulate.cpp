@@ -315,6 +315,76 @@ void slow_overlapped_compute(Simulation& out, const Scenario& s, const CancelFla
   }
 }
 
+/// Covered length of `iv` by `others` (merged, sorted); `j` carries the scan position between
+/// calls with non-decreasing starts.
+Tick covered(const std::vector<Interval>& others, std::size_t& j, Interval iv) {
+  while (j < others.size() && others[j].second <= iv.first) ++j;
+  Tick c = 0;
+  for (std::size_t k = j; k < others.size() && others[k].first < iv.second; ++k)
+    c += std::min(iv.second, others[k].second) - std::max(iv.first, others[k].first);
+  return c;
+}
+
+/// Different collectives running at once through one port share it: a data-parallel
+/// reduce-scatter under the expert all-to-all, pipeline sends beside both, tensor- and
+/// data-parallel traffic on the same NVLink. Per simulated rank and tier (scale-up port or NIC),
+/// a transfer that other streams' transfers on that tier overlap for a time o gets half the port
+/// during o (both at full demand), so it takes its own duration + o / 2; the engine re-runs with
+/// the new durations and measures o again, at most twice, as for compute interference. Every
+/// overlapping transfer counts as full demand (a latency-bound one too). Each collective's own duration already shares links inside its group and with
+/// the same collective of the other groups (the flow model); this adds the rest.
+void share_ports(Simulation& out, const Scenario& s, const CancelFlag* cancel) {
+  static constexpr std::array<Stream, 6> kComm{Stream::Tp, Stream::Cp, Stream::Ep,
+                                               Stream::Pp, Stream::Dp, Stream::DpReduce};
+  sim::TaskGraph& g = out.lowered.graph;
+  std::vector<Tick> base(g.num_tasks());
+  for (sim::TaskId t = 0; t < g.num_tasks(); ++t) base[t] = g.duration(t);
+  std::array<std::array<std::vector<sim::TaskId>, kComm.size()>, 2> tasks;  // [tier][stream]
+  std::vector<Interval> others;
+  for (int pass = 0; pass < 2; ++pass) {
+    bool changed = false;
+    for (const SimRank& r : out.lowered.ranks) {
+      for (auto& tier : tasks)
+        for (auto& v : tier) v.clear();
+      for (std::size_t i = 0; i < kComm.size(); ++i) {
+        const bool out_bit = (r.scale_out_streams >> static_cast<int>(kComm[i])) & 1u;
+        for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(kComm[i])])) {
+          if (base[t] <= 0 || out.run.end[t] <= out.run.start[t]) continue;
+          bool nic = out_bit;
+          if (kComm[i] == Stream::Pp) {
+            const auto res = g.resources_of(t);
+            nic = std::find(res.begin(), res.end(), r.nic) != res.end();
+          }
+          tasks[nic ? 1 : 0][i].push_back(t);
+        }
+      }
+      for (const auto& tier : tasks) {
+        for (std::size_t i = 0; i < kComm.size(); ++i) {
+          if (tier[i].empty()) continue;
+          others.clear();
+          for (std::size_t k = 0; k < kComm.size(); ++k)
+            if (k != i)
+              for (sim::TaskId t : tier[k]) others.emplace_back(out.run.start[t], out.run.end[t]);
+          if (others.empty()) continue;
+          others = merged(std::move(others));
+          std::size_t j = 0;
+          for (sim::TaskId t : tier[i]) {
+            const Interval iv{out.run.start[t], out.run.end[t]};
+            const Tick o = covered(others, j, iv);
+            const Tick d = base[t] + o / 2;
+            if (d == g.duration(t)) continue;
+            g.set_duration(t, d);
+            changed = true;
+          }
+        }
+      }
+    }
+    if (!changed) return;
+    out.run = sim::Engine(g, cancel).run();
+    check_run(out.run, s, out.lowered);
+  }
+}
+
 }  // namespace
 
 /// A result is printed only when it is sound: finite, non-negative times whose parts add up to
@@ -374,6 +444,7 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel, bool memory_det
   const Lowered& low = out.lowered;
   out.run = sim::Engine(low.graph, cancel).run();
   check_run(out.run, s, low);
+  if (s.simulation.port_sharing && s.simulation.fidelity != Fidelity::Fast) share_ports(out, s, cancel);
   if (s.simulation.comm_compute_slowdown > 0) slow_overlapped_compute(out, s, cancel);
 
   const double devices = s.cluster.devices;

@@ -577,6 +577,7 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
     s.simulation.network =
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
     s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
+    s.simulation.port_sharing = r.boolean({"port_sharing"}, true);
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
       s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(s.simulation.launch_overhead);

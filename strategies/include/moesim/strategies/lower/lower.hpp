@@ -50,6 +50,9 @@ struct SimRank {
   std::array<sim::ResourceId, kNumStreams> streams{};
   sim::ResourceId scaleup_port = 0;
   sim::ResourceId nic = 0;
+  /// Bit per Stream: the group that stream's collectives run over spans servers (its traffic
+  /// goes through the NIC, else through the scale-up port). Pipeline sends say it by resource.
+  std::uint16_t scale_out_streams = 0;
 };
 
 struct MemoryBreakdown {

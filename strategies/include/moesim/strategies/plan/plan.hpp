@@ -199,6 +199,9 @@ struct SimulationOptions {
   /// memory bandwidth): a kernel overlapped by communication for a share o of its time takes
   /// (1 + slowdown x o) as long. 0 (default): no interference.
   double comm_compute_slowdown = 0;
+  /// Different collectives overlapping in time on one rank's port (scale-up or NIC) share it
+  /// (balanced and full fidelity; fast fidelity times each collective alone).
+  bool port_sharing = true;
 };
 
 /// The software stack a scenario names (`software`: a models/presets/software preset or an
