@@ -318,3 +318,83 @@ TEST_CASE("search: a pipeline_schedule axis pairs each schedule with its chunk c
     CHECK(e.diagnostics()[0].pointer == "/search/pipeline_schedule/1");
   }
 }
+
+TEST_CASE("search: every ranked plan, pasted back as the parallelism section, reproduces its result exactly",
+          "[search][roundtrip]") {
+  // The scenario's own switches (forward-backward and shared-expert overlap, activation swap,
+  // BF16 gradient reduction, BF16 Adam moments) must come back with each plan.
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 4096,
+              "moe_intermediate_size": 512, "num_hidden_layers": 8, "first_k_dense_replace": 1,
+              "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": 384, "kv_lora_rank": 256,
+              "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "n_routed_experts": 32,
+              "n_shared_experts": 1, "num_experts_per_tok": 4, "vocab_size": 32000},
+    "cluster": {"preset": "atlas-800t-a2", "devices": 32},
+    "training": {"seq_length": 2048, "global_batch_size": 128},
+    "parallelism": {"tp": 2, "pp": 2, "ep": 4, "etp": 1, "sequence_parallel": true, "use_distributed_optimizer": true,
+                    "moe_fb_overlap": true, "moe_shared_expert_overlap": true, "swap_activations": 0.25,
+                    "grad_reduce_in_bf16": true, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+    "search": {"tensor_model_parallel_size": [1, 2], "pipeline_model_parallel_size": [2, 4],
+               "virtual_pipeline_model_parallel_size": [1, 2], "expert_model_parallel_size": [4, 8],
+               "micro_batch_size": [1], "recompute": ["none", "selective", "full"],
+               "pipeline_schedule": ["auto", "zb_v", "dualpipev"]}})");
+  const Scenario s = load_scenario(doc, "t.json", "");
+  const SearchSpace space = parse_search_space(s);
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.top_k = 24;
+  const SearchReport r = search(s, space, opt);
+  REQUIRE(r.ranked.size() >= 10);
+  std::set<std::string> schedules;
+  for (const auto& rp : r.ranked) {
+    nlohmann::json back = doc;
+    back["parallelism"] = rp.plan_json;
+    back.erase("search");
+    const Scenario b = load_scenario(back, "t.json", "");
+    INFO(rp.key << " " << rp.plan_json.dump());
+    CHECK(b.plan.fb_overlap);
+    CHECK(b.plan.shared_expert_overlap);
+    CHECK(b.plan.swap_activations == 0.25);
+    CHECK(b.plan.grad_reduce_in_bf16);
+    CHECK(b.plan.exp_avg_bytes == 2);
+    CHECK(plan_to_json(b.plan, b.model) == rp.plan_json);  // a fixed point
+    const Result again = simulate(b).result;
+    CHECK(again.step_time_s == rp.step_time_s);  // exactly: the same plan, the same simulation
+    CHECK(again.peak_memory_bytes == rp.peak_memory_bytes);
+    schedules.insert(rp.plan_json.value("pipeline_schedule", std::string("auto")));
+  }
+  CHECK(schedules.size() >= 2);
+}
+
+TEST_CASE("search: a results file is never replaced without --resume, nor mixed with another scenario's",
+          "[search]") {
+  const std::string file = test_dir("no_clobber") + "/results.jsonl";
+  const Scenario s = small();
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.out_file = file;
+  (void)search(s, parse_search_space(s), opt);
+  const auto before = read_lines(file);
+  REQUIRE(before.size() > 1);
+  // The same command again, without --resume: refused, the file untouched.
+  try {
+    (void)search(s, parse_search_space(s), opt);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(file) && Catch::Contains("already exists") && Catch::Contains("--resume"));
+  }
+  CHECK(read_lines(file) == before);
+  // --resume with another model setting (top-k of the router): another scenario, refused.
+  const Scenario other = small({"model.num_experts_per_tok=2"});
+  CHECK_THAT(resume_error(other, file), Catch::Contains("different scenario"));
+  CHECK(read_lines(file) == before);
+  // An interrupted journal is not overwritten by a fresh start either.
+  write_text(file + ".partial", before.front() + "\n");
+  std::filesystem::remove(file);
+  try {
+    (void)search(s, parse_search_space(s), opt);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(file + ".partial") && Catch::Contains("interrupted"));
+  }
+}

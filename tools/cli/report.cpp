@@ -1,3 +1,4 @@
+#include "moesim/strategies/plan/schedule.hpp"
 #include "report.hpp"
 
 #include <fmt/format.h>
@@ -163,6 +164,13 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
   if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) t += " h-a2a";
   if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather) t += " ag-a2a";
   if (p.tp_comm_overlap) t += " tp-ovl";
+  if (m.is_moe() && p.fb_overlap) t += " fb-ovl";
+  if (m.is_moe() && p.shared_expert_overlap) t += " se-ovl";
+  if (p.cp > 1 && p.cp_all_gather) t += " cp-ag";
+  if (p.swap_activations > 0) t += fmt::format(" swap{:.0f}%", 100 * p.swap_activations);
+  if (p.swap_optimizer) t += " swap-opt";
+  // The schedule, where it is not the one the virtual stages imply (1F1B / interleaved).
+  if (!strategies::schedule_traits(p.schedule).automatic) t += std::string(" ") + strategies::schedule_name(p.schedule);
   return t;
 }
 
@@ -180,19 +188,24 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
     o += fmt::format("step times typically within ±{:.0f}% ({})\n\n", r.error_band->within_pct,
                      band_basis(*r.error_band));
   }
-  o += fmt::format("  {:>4}  {:<50} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", "tokens/s", "MFU",
+  // The plan column is as wide as its longest label (schedules and overlap flags make some long).
+  std::size_t width = 40;
+  for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i)
+    width = std::max(width, short_plan(r.ranked[i].plan, s.model).size());
+  for (const auto& p : r.pareto) width = std::max(width, short_plan(p.plan, s.model).size());
+  o += fmt::format("  {:>4}  {:<{}} {:>11} {:>6} {:>8} {:>9}  {:<10} {:>8}\n", "rank", "plan", width, "tokens/s", "MFU",
                    "step s", "free GiB", "bottleneck", "est. s");
   for (std::size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
     const auto& p = r.ranked[i];
-    o += fmt::format("  {:>4}  {:<50} {:>11.0f} {:>5.1f}% {:>8.3f} {:>9.1f}  {:<10} {:>8.3f}\n", i + 1,
-                     short_plan(p.plan, s.model), p.tokens_per_s, 100 * p.mfu, p.step_time_s,
+    o += fmt::format("  {:>4}  {:<{}} {:>11.0f} {:>5.1f}% {:>8.3f} {:>9.1f}  {:<10} {:>8.3f}\n", i + 1,
+                     short_plan(p.plan, s.model), width, p.tokens_per_s, 100 * p.mfu, p.step_time_s,
                      p.headroom_bytes / (1024.0 * 1024 * 1024), p.bottleneck, p.estimate.step_s);
   }
   if (r.ranked.empty()) o += "  (no simulated plan fits in memory)\n";
   o += "\n  Pareto set, throughput vs memory headroom:\n";
   for (const auto& p : r.pareto)
-    o += fmt::format("        {:<50} {:>11.0f} tokens/s, {:>6.1f} GiB free\n", short_plan(p.plan, s.model), p.tokens_per_s,
-                     p.headroom_bytes / (1024.0 * 1024 * 1024));
+    o += fmt::format("        {:<{}} {:>11.0f} tokens/s, {:>6.1f} GiB free\n", short_plan(p.plan, s.model), width,
+                     p.tokens_per_s, p.headroom_bytes / (1024.0 * 1024 * 1024));
   if (!r.ranked.empty()) {
     o += "\n  best plan, as a \"parallelism\" section:\n  " + r.ranked.front().plan_json.dump() + "\n";
   }

@@ -142,6 +142,13 @@ SearchJournal::SearchJournal(std::string out_file, bool resume, std::string fing
   refuse_output_over_input("--out (its journal " + partial_ + ")", partial_, inputs);
   struct stat pst {};
   const bool have_partial = ::stat(partial_.c_str(), &pst) == 0 && S_ISREG(pst.st_mode);
+  // Without --resume nothing already there is replaced: a results file (or an interrupted
+  // search's journal) this run did not write holds someone's results.
+  if (!resume && have_partial)
+    refuse(partial_, 0, "holds an interrupted search's results; --resume continues it, or remove it to start afresh");
+  if (!resume && exists && st.st_size > 0)
+    refuse(target_, 0, "already exists; --resume reuses its results (same scenario), or remove it or choose another "
+                       "--out to start afresh");
   std::string carried;  // complete lines of the source, copied into a fresh journal
   if (resume && have_partial) {
     read(partial_, true);

@@ -39,6 +39,9 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
 }
 
 nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
+  // Every field the plan was simulated with, in the names the scenario's parser reads: pasted
+  // back as the "parallelism" section it reproduces the plan (tests/test_search.cpp checks
+  // every ranked plan). Fields at the parser's default are left out.
   nlohmann::json j;
   j["tensor_model_parallel_size"] = p.tp;
   j["pipeline_model_parallel_size"] = p.pp;
@@ -50,21 +53,35 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
     if (p.moe_tp_extend_ep) j["moe_tp_extend_ep"] = true;
     else j["expert_tensor_parallel_size"] = p.etp > 0 ? p.etp : p.tp;
     if (p.alltoall != AllToAllAlgo::Flat) j["moe_alltoall"] = alltoall_name(p.alltoall);
+    if (p.fb_overlap) j["moe_fb_overlap"] = true;
+    if (p.shared_expert_overlap) j["moe_shared_expert_overlap"] = true;
   }
   if (p.cp > 1) j["context_parallel_size"] = p.cp;
   if (p.cp > 1 && p.cp_all_gather) j["cp_comm_type"] = "all_gather";
   j["micro_batch_size"] = p.mbs;
   j["sequence_parallel"] = p.sequence_parallel;
   j["use_distributed_optimizer"] = p.distributed_optimizer;
+  if (p.dp_sharding != DpSharding::None && p.dp_sharding != DpSharding::Optimizer)
+    j["data_parallel_sharding_strategy"] = dp_sharding_name(p.dp_sharding);
+  if (p.dp_sharding == DpSharding::Full && !p.reshard_after_forward) j["fsdp_reshard_after_forward"] = false;
+  if (!p.grad_sync_every_microbatch) j["fsdp_gradient_sync"] = "last_microbatch";
   if (p.overlap_grad_reduce) j["overlap_grad_reduce"] = true;
   if (p.overlap_param_gather) j["overlap_param_gather"] = true;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.grad_reduce_in_bf16) j["grad_reduce_in_bf16"] = true;
+  auto dtype = [](double bytes) { return bytes == 4 ? "fp32" : bytes == 1 ? "fp8" : "bf16"; };
+  if (p.exp_avg_bytes != 4) j["exp_avg_dtype"] = dtype(p.exp_avg_bytes);
+  if (p.exp_avg_sq_bytes != 4) j["exp_avg_sq_dtype"] = dtype(p.exp_avg_sq_bytes);
+  if (p.main_params_bytes != 4) j["main_params_dtype"] = "fp16";
+  if (p.fp8_param_gather) j["fp8_param_gather"] = true;
+  if (p.swap_activations > 0) j["swap_activations"] = p.swap_activations;
+  if (p.swap_optimizer) j["swap_optimizer"] = true;
   switch (p.recompute) {
     case Recompute::None: break;
     case Recompute::Full:
       j["recompute_granularity"] = "full";
-      j["recompute_method"] = "uniform";
-      j["recompute_num_layers"] = 1;
+      j["recompute_method"] = p.recompute_method == RecomputeMethod::Block ? "block" : "uniform";
+      j["recompute_num_layers"] = p.recompute_num_layers;
       break;
     case Recompute::SelectiveOp: j["recompute_granularity"] = "selective_op"; break;
     case Recompute::Selective: {
@@ -76,6 +93,11 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
       break;
     }
   }
+  if (p.partition == "explicit") j["pipeline_layer_partition"] = p.layers_per_stage;
+  else if (p.partition == "even") j["pipeline_layer_partition"] = "even";
+  if (p.first_stage_layers >= 0) j["decoder_first_pipeline_num_layers"] = p.first_stage_layers;
+  if (p.last_stage_layers >= 0) j["decoder_last_pipeline_num_layers"] = p.last_stage_layers;
+  if (p.noop_layers > 0) j["noop_layers"] = p.noop_layers;
   return j;
 }
 

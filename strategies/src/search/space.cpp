@@ -411,6 +411,12 @@ bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name)
   p.recompute_num_layers = 1;
   rc_name = rc.name;
   p.distributed_optimizer = space.distributed_optimizer[d[9]];
+  // The sharding follows the axis: without the distributed optimizer nothing is sharded; with
+  // it, the scenario's sharding (ZeRO-2/3, FSDP) or at least the optimizer states.
+  if (!p.distributed_optimizer) p.dp_sharding = DpSharding::None;
+  else if (p.dp_sharding == DpSharding::None) p.dp_sharding = DpSharding::Optimizer;
+  if (p.dp_sharding != DpSharding::OptimizerGradients && p.dp_sharding != DpSharding::Full)
+    p.grad_sync_every_microbatch = true;
   p.alltoall = space.alltoall[d[10]];
   p.tp_comm_overlap = space.tp_comm_overlap[d[11]];
   const bool ovl = space.overlap_dp[d[12]];
