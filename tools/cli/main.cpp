@@ -467,7 +467,7 @@ int main(int argc, char** argv) {
   rpt->add_option("--batch", cap.batch, "global batch in the sweep: fixed or proportional")
       ->check(CLI::IsMember({"fixed", "proportional"}));
   rpt->add_option("--simulate-top", cap.simulate_top,
-                  "plans event-simulated per search (default: the scenario's search top_k, 32)")
+                  "plans event-simulated per search (default: the scenario's search top_k, 16)")
       ->check(CLI::Range(1, 100000));
   rpt->add_option("--threads", cap.threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
   rpt->add_option("--fidelity", fidelity, "fast | balanced (default) | full")

@@ -212,9 +212,23 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
   if (!r.infeasible.empty())
     o += fmt::format("\n  {} simulated plan{} exceeded memory (the screening estimate is approximate); not ranked\n",
                      r.infeasible.size(), r.infeasible.size() == 1 ? "" : "s");
+  if (std::isfinite(r.screen_vs_fast_correlation) || std::isfinite(r.screen_rank_correlation)) {
+    o += "\n  rank agreement (Spearman):";
+    if (std::isfinite(r.screen_vs_fast_correlation))
+      o += fmt::format(" screen vs fast simulation {:.2f} over the {} best screened;", r.screen_vs_fast_correlation,
+                       r.refined);
+    if (std::isfinite(r.fast_vs_final_correlation))
+      o += fmt::format(" fast vs {} simulation {:.2f};", r.fidelity_name, r.fast_vs_final_correlation);
+    if (std::isfinite(r.screen_rank_correlation))
+      o += fmt::format(" screen vs {} simulation {:.2f} over the {} ranked", r.fidelity_name, r.screen_rank_correlation,
+                       r.correlation_plans);
+    o += "\n";
+  }
   if (wall_time)
-    o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {} threads), simulation {:.2f} s\n", r.screening_s,
-                     r.valid / std::max(1e-9, r.screening_s), r.threads, r.simulation_s);
+    o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {} threads), fast simulation of {} {:.2f} s, "
+                     "simulation {:.2f} s\n",
+                     r.screening_s, r.valid / std::max(1e-9, r.screening_s), r.threads, r.refined, r.refine_s,
+                     r.simulation_s);
   return o;
 }
 

@@ -277,53 +277,18 @@ void Emitter::instantiate(const Program& prog, int stage, int mb, std::vector<si
 }
 
 // Forward-backward overlap (MindSpeed --moe-fb-overlap, DualPipe's core): a backward and a
-// forward of different micro-batches are issued as one interleaved stream of work. The issue
-// order comes from running the two programs together on the stage's streams (durations only,
-// inputs assumed ready): the next step of either program goes first if it can start first,
-// the backward winning ties — so the forward fills the compute stream while the backward
+// forward of different micro-batches are issued as one interleaved stream of work, in the order
+// co_schedule gives (program.hpp) — the forward fills the compute stream while the backward
 // waits for its all-to-all, and the other way round. Tasks of a stream run in issue order.
 void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
                                std::vector<sim::TaskId>& out_b, int stage, bool balance) {
   out_a.assign(a.steps.size() * per_stage_, sim::kNoTask);
   out_b.assign(b.steps.size() * per_stage_, sim::kNoTask);
-  std::array<Tick, kNumStreams> stream_free{};
-  std::vector<Tick> end_a(a.steps.size(), 0), end_b(b.steps.size(), 0);
-  auto start_of = [&](const Step& st, const std::vector<Tick>& end) {
-    Tick t = stream_free[static_cast<int>(st.stream)];
-    if (st.dep0 >= 0) t = std::max(t, end[st.dep0]);
-    if (st.dep1 >= 0) t = std::max(t, end[st.dep1]);
-    return t;
-  };
-  // Of two steps that can start at once a communication goes first (so that it runs under
-  // the other's compute); then, with `balance` (DualPipeV, whose pairs send both outputs on
-  // at once), the program with more compute left, so the two end together instead of one
-  // running on alone with its all-to-alls exposed; otherwise (moe_fb_overlap in 1F1B) the
-  // backward `a`, whose gradient the previous stage waits for. Measured: balancing makes
-  // DualPipeV's 718B step 11.00 -> 10.66 s but the small two-stage fb-overlap test 0.055 ->
-  // 0.068 s.
-  auto remaining = [](const Program& p) {
-    std::vector<Tick> r(p.steps.size() + 1, 0);
-    for (std::size_t k = p.steps.size(); k-- > 0;)
-      r[k] = add_ticks(r[k + 1], p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
-    return r;
-  };
-  const std::vector<Tick> rem_a = remaining(a), rem_b = remaining(b);
-  std::size_t i = 0, j = 0;
-  while (i < a.steps.size() || j < b.steps.size()) {
-    bool take_a = j >= b.steps.size();
-    if (!take_a && i < a.steps.size()) {
-      const Tick sa = start_of(a.steps[i], end_a), sb = start_of(b.steps[j], end_b);
-      const bool ca = a.steps[i].stream != Stream::Compute, cb = b.steps[j].stream != Stream::Compute;
-      take_a = sa < sb || (sa == sb && (ca != cb ? ca : !balance || rem_a[i] >= rem_b[j]));
-    }
-    const Program& prog = take_a ? a : b;
-    std::vector<Tick>& end = take_a ? end_a : end_b;
-    const std::size_t k = take_a ? i++ : j++;
-    const Step& st = prog.steps[k];
-    end[k] = add_ticks(start_of(st, end), st.duration);
-    stream_free[static_cast<int>(st.stream)] = end[k];
-    instantiate_step(prog, k, stage, take_a ? mb_a : mb_b, take_a ? out_a : out_b);
-  }
+  // Balancing (`balance`) measured: it makes DualPipeV's 718B step 11.00 -> 10.66 s but the
+  // small two-stage fb-overlap test 0.055 -> 0.068 s, so moe_fb_overlap in 1F1B does not.
+  (void)co_schedule(a, b, balance, [&](bool from_a, std::size_t k) {
+    instantiate_step(from_a ? a : b, k, stage, from_a ? mb_a : mb_b, from_a ? out_a : out_b);
+  });
 }
 
 // Emits the data-parallel collectives for `params_dense` / `params_expert` parameters of a

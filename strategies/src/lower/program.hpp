@@ -122,6 +122,52 @@ void finalize_program(Program& p, sim::TaskGraphBuilder& labels);
 /// Moves the weight-gradient steps of a backward program into a W program of their own,
 /// leaving zero-length markers (the data-gradient chain no longer waits for them).
 void split_weight_gradients(Program& B, Program& W);
+/// Two programs run together on one stage's streams, as forward-backward overlap issues them
+/// (MindSpeed --moe-fb-overlap, DualPipe's pairs): durations only, inputs ready; the next step
+/// of either program goes first if it can start first; of two that can start at once a
+/// communication step goes first (so that it runs under the other's compute), then, with
+/// `balance` (DualPipeV, whose pairs send both outputs on at once), the program with more
+/// compute left, so the two end together, otherwise `a` (the backward, whose gradient the
+/// previous stage waits for). `visit(from_a, k)` is called for each step in issue order; returns
+/// when the last step ends.
+template <class Visit>
+Tick co_schedule(const Program& a, const Program& b, bool balance, Visit&& visit) {
+  std::array<Tick, kNumStreams> stream_free{};
+  std::vector<Tick> end_a(a.steps.size(), 0), end_b(b.steps.size(), 0);
+  auto start_of = [&](const Step& st, const std::vector<Tick>& end) {
+    Tick t = stream_free[static_cast<int>(st.stream)];
+    if (st.dep0 >= 0) t = std::max(t, end[st.dep0]);
+    if (st.dep1 >= 0) t = std::max(t, end[st.dep1]);
+    return t;
+  };
+  auto remaining = [](const Program& p) {
+    std::vector<Tick> r(p.steps.size() + 1, 0);
+    for (std::size_t k = p.steps.size(); k-- > 0;)
+      r[k] = add_ticks(r[k + 1], p.steps[k].stream == Stream::Compute ? p.steps[k].duration : 0);
+    return r;
+  };
+  const std::vector<Tick> rem_a = remaining(a), rem_b = remaining(b);
+  Tick last = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.steps.size() || j < b.steps.size()) {
+    bool take_a = j >= b.steps.size();
+    if (!take_a && i < a.steps.size()) {
+      const Tick sa = start_of(a.steps[i], end_a), sb = start_of(b.steps[j], end_b);
+      const bool ca = a.steps[i].stream != Stream::Compute, cb = b.steps[j].stream != Stream::Compute;
+      take_a = sa < sb || (sa == sb && (ca != cb ? ca : !balance || rem_a[i] >= rem_b[j]));
+    }
+    const Program& prog = take_a ? a : b;
+    std::vector<Tick>& end = take_a ? end_a : end_b;
+    const std::size_t k = take_a ? i++ : j++;
+    const Step& st = prog.steps[k];
+    end[k] = add_ticks(start_of(st, end), st.duration);
+    stream_free[static_cast<int>(st.stream)] = end[k];
+    last = std::max(last, end[k]);
+    visit(take_a, k);
+  }
+  return last;
+}
+
 /// The longest dependency path through the program (streams ignored).
 [[nodiscard]] Tick program_span(const Program& prog);
 

@@ -48,17 +48,20 @@ struct ItemCost {
   double fwd_s = 0, bwd_s = 0;            ///< the layer's programs timed alone
   double fwd_compute_s = 0, bwd_compute_s = 0;
   double wgrad_s = 0;                     ///< weight-gradient GEMMs of the backward
+  /// The backward and the forward issued together as one forward-backward pair (co_schedule,
+  /// as the emitter issues them), with and without DualPipeV's balancing.
+  double pair_s = 0, pair_balanced_s = 0;
   std::array<double, kNumCats> comm_s{};  ///< communication durations by category (fwd + bwd)
   double act_bytes = 0, transient = 0, params_dense = 0, params_expert = 0;
 };
 
 /// Per stage, one micro-batch through all its chunks.
 struct StageSums {
-  std::vector<double> F, B, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
+  std::vector<double> F, B, pair, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
   double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
   std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
   explicit StageSums(int pp)
-      : F(pp, 0.0), B(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
+      : F(pp, 0.0), B(pp, 0.0), pair(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
         transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0), item_params_max(pp, 0.0) {}
 };
 
@@ -132,6 +135,9 @@ const ItemCost& Screen::cost_of(int item_idx, bool full) {
   c.bwd_s = lowering::time_alone(ip.bwd, launch, fused, lay_.ep, c.bwd_compute_s, c.comm_s);
   for (const Step& st : ip.bwd.steps)
     if (st.wgrad) c.wgrad_s += to_seconds(st.duration).value();
+  auto none = [](bool, std::size_t) {};
+  c.pair_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, false, none)).value();
+  c.pair_balanced_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, true, none)).value();
   c.act_bytes = ip.act_bytes;
   c.transient = ip.transient;
   c.params_dense = ip.params_dense;
@@ -169,6 +175,7 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
       const ItemCost& c = cost_of(idx, full);
       ss.F[st] += c.fwd_s;
       ss.B[st] += c.bwd_s;
+      ss.pair[st] += pairs_forward_backward(p_.schedule) ? c.pair_balanced_s : c.pair_s;
       ss.compute[st] += c.fwd_compute_s + c.bwd_compute_s;
       ss.wgrad[st] += c.wgrad_s;
       act += c.act_bytes;
@@ -297,7 +304,9 @@ PlanEstimate Screen::run() {
   double wsum = 0;
   for (int st = 0; st < pp; ++st) wsum += ss.wgrad[st];
   pc.w_share = pc.t_sum > 0 ? wsum / pc.t_sum : 0.0;
-  pc.pair = std::max(ss.compute[slow], pc.t_max - ss.compute[slow]);
+  // One forward-backward pair of the slowest stage, its layers' programs issued together as the
+  // emitter does (co_schedule): the communication the other pass's compute does not cover stays.
+  pc.pair = std::max(ss.compute[slow], ss.pair[slow]);
   pc.b_slow = ss.B[slow];
   pc.w_slow = ss.wgrad[slow];
   // DualPipe runs each micro-batch on one of a device's two stages; paired passes (DualPipe(V)'s

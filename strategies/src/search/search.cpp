@@ -33,7 +33,8 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
   os << "tp" << p.tp << "-pp" << p.pp << "-vpp" << p.vpp << "-ep" << p.ep << (p.moe_tp_extend_ep ? "x" : "") << "-etp"
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
      << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
-     << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "");
+     << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "") << (p.fb_overlap ? "-fbov" : "")
+     << (p.shared_expert_overlap ? "-seov" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "");
   if (!schedule_traits(p.schedule).automatic) os << "-" << schedule_name(p.schedule);
   return os.str();
 }
@@ -122,6 +123,7 @@ struct Candidate {
   PlanEstimate est;
   double score = 0;
   std::string key;
+  double fast_step_s = 0;  ///< fast-fidelity simulation (refined candidates only; 0: not refined)
 };
 
 bool better(double a, const std::string& ka, double b, const std::string& kb) {
@@ -212,6 +214,51 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
   return cands;
 }
 
+// ---- multi-fidelity: the screen's best re-ordered by a fast event simulation ------------------
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y);
+
+/// The first `refine_k` candidates simulated at fast fidelity (one task per pass, analytical
+/// network) and re-ordered by that result, those over memory moved behind them; the rest keep
+/// the screen's order. Deterministic: each candidate's result depends on it alone.
+void refine_candidates(const SearchContext& ctx, std::vector<Candidate>& cands, SearchReport& rep) {
+  const SearchSpace& space = ctx.space;
+  if (space.refine_k <= 0 || space.fidelity == Fidelity::Fast || cands.empty()) return;
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(space.refine_k), cands.size());
+  std::vector<char> fits(n, 0);
+  ParallelOptions o{.threads = ctx.threads, .grain = 1, .cancel = ctx.opt.cancel, .tick = {}, .tick_ms = 100};
+  if (ctx.opt.progress) o.tick = [&](std::size_t done) { ctx.opt.progress("refining", done, n); };
+  parallel_for(n, o, [&](int, std::size_t i) {
+    Candidate& c = cands[i];
+    Scenario sc = ctx.base;
+    set_plan(sc, c.plan, plan_to_json(c.plan, ctx.base.model));
+    set_fidelity(sc, Fidelity::Fast);
+    const Result res = simulate(sc, ctx.opt.cancel).result;
+    c.fast_step_s = res.step_time_s;
+    fits[i] = res.feasible ? 1 : 0;
+    c.score = objective_value(space.objective, res.tokens_per_s, res.mfu, ctx.devices, space.train_tokens);
+  });
+  if (ctx.opt.cancel != nullptr && ctx.opt.cancel->requested()) throw Cancelled();
+  std::vector<double> est, fast;
+  for (std::size_t i = 0; i < n; ++i)
+    if (fits[i]) {
+      est.push_back(cands[i].est.step_s);
+      fast.push_back(cands[i].fast_step_s);
+    }
+  rep.refined = n;
+  rep.screen_vs_fast_correlation = spearman(est, fast);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (fits[a] != fits[b]) return fits[a] > fits[b];
+    return better(cands[a].score, cands[a].key, cands[b].score, cands[b].key);
+  });
+  std::vector<Candidate> head;
+  head.reserve(n);
+  for (std::size_t i : order) head.push_back(std::move(cands[i]));
+  std::move(head.begin(), head.end(), cands.begin());
+}
+
 // ---- the results file: earlier results (--resume), new ones as they arrive -----------------
 
 /// What every result line of this search must agree with.
@@ -275,6 +322,7 @@ void candidate_result(const SearchContext& ctx, const Candidate& c, SearchJourna
   r.plan = c.plan;
   r.plan_json = plan_to_json(c.plan, ctx.base.model);
   r.estimate = c.est;
+  r.fast_step_s = c.fast_step_s;
   if (const JournalEntry* prev = journal.find(c.key)) resume_result(*prev, journal, c, r);
   else simulate_result(ctx, c, journal, r);
   r.objective = objective_value(ctx.space.objective, r.tokens_per_s, r.mfu, ctx.devices, ctx.space.train_tokens);
@@ -328,11 +376,58 @@ void rank_results(const std::vector<RankedPlan>& results, SearchReport& rep) {
   }
 }
 
+/// Ranks of `v` (average ranks for ties), 0-based.
+std::vector<double> ranks_of(const std::vector<double>& v) {
+  std::vector<std::size_t> idx(v.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < idx.size();) {
+    std::size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    for (std::size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * static_cast<double>(i + j);
+    i = j + 1;
+  }
+  return r;
+}
+
+/// Spearman's rank correlation of two equally long series (NaN below 3 values).
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() < 3 || x.size() != y.size()) return std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> a = ranks_of(x), b = ranks_of(y);
+  const double n = static_cast<double>(a.size()), mean = 0.5 * (n - 1);
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - mean) * (b[i] - mean);
+    saa += (a[i] - mean) * (a[i] - mean);
+    sbb += (b[i] - mean) * (b[i] - mean);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
+}
+
+/// The screen's and the fast simulation's step times against the final simulation's, over the
+/// ranked (simulated, fitting) plans.
+void screen_correlation(SearchReport& rep) {
+  std::vector<double> est, fast, sim, sim_fast;
+  for (const auto& r : rep.ranked) {
+    est.push_back(r.estimate.step_s);
+    sim.push_back(r.step_time_s);
+    if (r.fast_step_s > 0) {
+      fast.push_back(r.fast_step_s);
+      sim_fast.push_back(r.step_time_s);
+    }
+  }
+  rep.correlation_plans = est.size();
+  rep.screen_rank_correlation = spearman(est, sim);
+  if (fast.size() == sim.size()) rep.fast_vs_final_correlation = spearman(fast, sim_fast);
+}
+
 }  // namespace
 
 SearchReport search(const Scenario& base, const SearchSpace& space, const SearchOptions& opt) {
   SearchReport rep;
   rep.objective = space.objective;
+  rep.fidelity_name = strategies::fidelity_name(space.fidelity);
   rep.error_band = error_band_for(base.cluster.name);
   rep.space_size = space.size();
   const int threads = opt.threads > 0 ? opt.threads : hardware_threads();
@@ -344,8 +439,11 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   const SearchContext ctx{base, space, opt, threads, w, topo, devices};
 
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<Candidate> cands = screen_plans(ctx, rep);
+  std::vector<Candidate> cands = screen_plans(ctx, rep);
   rep.screening_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto tr = std::chrono::steady_clock::now();
+  refine_candidates(ctx, cands, rep);
+  rep.refine_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
 
   SearchJournal journal(opt.out_file, opt.resume, search_fingerprint(base, space.fidelity), journal_checks(ctx),
                         base.input_files());
@@ -355,6 +453,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   rep.simulation_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
   rank_results(results, rep);
+  screen_correlation(rep);
   return rep;
 }
 
@@ -367,6 +466,13 @@ nlohmann::json to_json(const SearchReport& r, int top) {
   j["resumed"] = r.resumed;
   j["objective"] = objective_name(r.objective);
   if (r.error_band) j["step_time_error_band"] = to_json(*r.error_band);
+  j["screen_rank_correlation"] = std::isfinite(r.screen_rank_correlation) ? nlohmann::json(r.screen_rank_correlation)
+                                                                          : nlohmann::json(nullptr);
+  j["screen_rank_correlation_plans"] = r.correlation_plans;
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["refined_plans"] = r.refined;
+  j["screen_vs_fast_correlation"] = num(r.screen_vs_fast_correlation);
+  j["fast_vs_final_correlation"] = num(r.fast_vs_final_correlation);
   auto entry = [](const RankedPlan& p, int rank) {
     nlohmann::json e = result_json(p);
     e["rank"] = rank;
@@ -376,6 +482,7 @@ nlohmann::json to_json(const SearchReport& r, int top) {
                      {"tokens_per_s", p.estimate.tokens_per_s},
                      {"peak_memory_bytes", p.estimate.peak_memory_bytes},
                      {"bottleneck", p.estimate.bottleneck}};
+    if (p.fast_step_s > 0) e["estimate"]["fast_simulation_step_time_s"] = p.fast_step_s;
     return e;
   };
   nlohmann::json ranked = nlohmann::json::array(), pareto = nlohmann::json::array();

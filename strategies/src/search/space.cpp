@@ -13,7 +13,8 @@ double SearchSpace::size() const {
   double n = 1;
   for (std::size_t k : {tp.size(), pp.size(), vpp.size(), ep.size(), etp.size(), cp.size(), mbs.size(),
                         tp_extend_ep.size(), distributed_optimizer.size(), tp_comm_overlap.size(), overlap_dp.size(),
-                        alltoall.size(), recompute.size(), schedule.size()})
+                        alltoall.size(), recompute.size(), schedule.size(), fb_overlap.size(),
+                        shared_expert_overlap.size()})
     n *= static_cast<double>(k);
   return n;
 }
@@ -31,6 +32,8 @@ nlohmann::json SearchSpace::to_json() const {
   j["use_distributed_optimizer"] = distributed_optimizer;
   j["tp_comm_overlap"] = tp_comm_overlap;
   j["overlap_dp"] = overlap_dp;
+  j["moe_fb_overlap"] = fb_overlap;
+  j["moe_shared_expert_overlap"] = shared_expert_overlap;
   std::vector<std::string> a2a, rc;
   for (auto a : alltoall) a2a.push_back(alltoall_name(a));
   for (const auto& r : recompute) rc.push_back(r.name);
@@ -41,6 +44,7 @@ nlohmann::json SearchSpace::to_json() const {
   j["pipeline_schedule"] = sched;
   j["objective"] = objective_name(objective);
   j["top_k"] = top_k;
+  j["refine_k"] = refine_k;
   j["fidelity"] = fidelity_name(fidelity);
   return j;
 }
@@ -178,6 +182,11 @@ void parse_parallel_axes(const SearchSection& sec, const Scenario& s, SearchSpac
   sp.distributed_optimizer = sec.bool_axis({"use_distributed_optimizer"}, {true});
   sp.tp_comm_overlap = sec.bool_axis({"tp_comm_overlap"}, {false, true});
   sp.overlap_dp = sec.bool_axis({"overlap_dp"}, {true});
+  // Overlap of the expert all-to-all: both values where the model has something to overlap.
+  sp.fb_overlap = sec.bool_axis({"moe_fb_overlap"}, moe ? std::vector<bool>{false, true} : std::vector<bool>{false});
+  sp.shared_expert_overlap =
+      sec.bool_axis({"moe_shared_expert_overlap"},
+                    moe && s.model.num_shared_experts > 0 ? std::vector<bool>{false, true} : std::vector<bool>{false});
 }
 
 // All-to-all algorithm.
@@ -213,6 +222,12 @@ std::string schedule_choices() {
 
 void parse_schedule_axis(const SearchSection& sec, SearchSpace& sp) {
   ObjectReader& r = sec.r;
+  // Absent: every schedule, each on the virtual-stage counts it runs on (torch's interleaved
+  // order is Megatron's since 2024-11, so "auto" covers it).
+  sp.schedule = {-1};
+  for (ScheduleKind k : {ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV,
+                         ScheduleKind::DualPipe})
+    sp.schedule.push_back(static_cast<int>(k));
   if (const auto* v = r.get({"pipeline_schedule"}); v != nullptr && !(v->is_string() && v->get<std::string>() == "auto")) {
     const std::string ptr = r.child_pointer("pipeline_schedule");
     const std::vector<nlohmann::json> vals = v->is_array() ? v->get<std::vector<nlohmann::json>>() : std::vector<nlohmann::json>{*v};
@@ -289,7 +304,8 @@ void parse_objective(const SearchSection& sec, SearchSpace& sp) {
   }
   if ((sp.objective == Objective::TimeToTrain || sp.objective == Objective::Cost) && sp.train_tokens <= 0)
     diag.error(r.child_pointer("train_tokens"), "", std::string("is required for the ") + obj + " objective (e.g. \"10T\")");
-  sp.top_k = static_cast<int>(r.integer({"top_k"}, 32, 1, 100000));
+  sp.top_k = static_cast<int>(r.integer({"top_k"}, 16, 1, 100000));
+  sp.refine_k = static_cast<int>(r.integer({"refine_k"}, 96, 0, 1000000));
   sp.fidelity = *parse_fidelity(r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"}));
   sp.max_plans = r.number({"max_plans"}, 20e6, 1, 1e12);
 }
@@ -334,7 +350,8 @@ void check_space_size(const SearchSpace& sp, Diagnostics& diag) {
        << " x ep " << sp.ep.size() << " x etp " << sp.etp.size() << " x cp " << sp.cp.size() << " x mbs " << sp.mbs.size()
        << " x recompute " << sp.recompute.size() << " x schedules " << sp.schedule.size() << " x flags " << sp.tp_extend_ep.size() * sp.tp_comm_overlap.size() *
                                                                         sp.alltoall.size() * sp.distributed_optimizer.size() *
-                                                                        sp.overlap_dp.size()
+                                                                        sp.overlap_dp.size() * sp.fb_overlap.size() *
+                                                                        sp.shared_expert_overlap.size()
        << "), more than max_plans=" << sp.max_plans
        << "; narrow the largest axes in the scenario's \"search\" section or with --set search.<axis>=[...]";
     diag.error("/search", "", os.str());
@@ -376,7 +393,7 @@ PlanEnumerator::PlanEnumerator(const Scenario& base, const SearchSpace& space)
                space.cp.size(),  space.mbs.size(),          space.recompute.size(),
                space.distributed_optimizer.size(), space.alltoall.size(),
                space.tp_comm_overlap.size(), space.overlap_dp.size(),
-               space.schedule.size()},
+               space.schedule.size(), space.fb_overlap.size(), space.shared_expert_overlap.size()},
       plain_etp1_(std::find(space.etp.begin(), space.etp.end(), 1) != space.etp.end() &&
                   std::find(space.tp_extend_ep.begin(), space.tp_extend_ep.end(), false) != space.tp_extend_ep.end()) {}
 
@@ -387,7 +404,7 @@ bool PlanEnumerator::has_plain_twin(int ep_size) const {
 bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name) const {
   const Scenario& base = *base_;
   const SearchSpace& space = *space_;
-  std::array<std::size_t, 14> d{};
+  std::array<std::size_t, 16> d{};
   for (std::size_t k = radices_.size(); k-- > 0;) {
     d[k] = index % radices_[k];
     index /= radices_[k];
@@ -434,6 +451,14 @@ bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name)
   p.layers_per_stage.clear();
   p.first_stage_layers = p.last_stage_layers = -1;
   if (!set_schedule(space.schedule[d[13]], p)) return false;
+  p.fb_overlap = space.fb_overlap[d[14]];
+  p.shared_expert_overlap = space.shared_expert_overlap[d[15]];
+  // Nothing to overlap on one expert-parallel rank; DualPipe(V) already pairs each forward with
+  // a backward, so the forward-backward overlap flag would be the same plan.
+  if ((p.fb_overlap || p.shared_expert_overlap) && p.ep_size() == 1) return false;
+  if (p.fb_overlap && schedule_traits(p.schedule).pairs_forward_backward) return false;
+  // On one stage every schedule is 1F1B.
+  if (p.pp == 1 && !schedule_traits(p.schedule).automatic) return false;
   return plan_is_valid(p, base.training, base.model, base.cluster);
 }
 

@@ -12,6 +12,7 @@
 // function of its plan, ties break on the plan key, and which plans get simulated does not
 // depend on the thread count — so the ranking is identical for any number of threads.
 
+#include <limits>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -40,14 +41,21 @@ struct RecomputeChoice {
 struct SearchSpace {
   std::vector<int> tp, pp, vpp, ep, etp, cp, mbs;
   std::vector<bool> tp_extend_ep, distributed_optimizer, tp_comm_overlap, overlap_dp;
+  /// MoE: forward-backward overlap (MindSpeed --moe-fb-overlap) and shared-expert overlap
+  /// (models with shared experts); both values by default.
+  std::vector<bool> fb_overlap{false}, shared_expert_overlap{false};
   std::vector<AllToAllAlgo> alltoall;
   std::vector<RecomputeChoice> recompute;
   /// Pipeline schedules to try: -1 is "auto" (1F1B, or interleaved when vpp > 1), otherwise a
-  /// ScheduleKind; a schedule only pairs with the vpp values it runs on.
+  /// ScheduleKind; a schedule only pairs with the vpp values it runs on. Default: every schedule.
   std::vector<int> schedule{-1};
   Objective objective = Objective::TokensPerSecond;
   double train_tokens = 0;        ///< for time_to_train / cost (0: not given)
-  int top_k = 32;
+  int top_k = 16;
+  /// Multi-fidelity: the screen's best `refine_k` plans are event-simulated at fast fidelity
+  /// (one task per pass) and re-ordered by that before the top_k are simulated at `fidelity`.
+  /// 0: no refinement (also when `fidelity` is fast).
+  int refine_k = 96;
   Fidelity fidelity = Fidelity::Balanced;
   double max_plans = 20e6;        ///< refuse larger spaces (with an estimate and advice)
   [[nodiscard]] double size() const;
@@ -76,6 +84,7 @@ struct RankedPlan {
   Plan plan;
   nlohmann::json plan_json;  ///< in the scenario's "parallelism" form
   PlanEstimate estimate;
+  double fast_step_s = 0;  ///< the multi-fidelity stage's fast simulation (0: not refined)
   bool simulated = false;
   bool resumed = false;
   // Simulation summary.
@@ -98,6 +107,18 @@ struct SearchReport {
   std::vector<RankedPlan> pareto;  ///< throughput vs memory headroom
   std::vector<RankedPlan> infeasible;  ///< simulated but over memory
   double screening_s = 0, simulation_s = 0;
+  /// How well the screen ranked what the event simulation ranked: Spearman's rank correlation
+  /// between the screen's and the simulation's step times over the simulated plans that fit
+  /// (NaN with fewer than 3).
+  double screen_rank_correlation = std::numeric_limits<double>::quiet_NaN();
+  std::size_t correlation_plans = 0;
+  /// The screen against the fast-fidelity event simulation over the refined plans, and the
+  /// fast simulation against the final one over the ranked plans (NaN: not refined).
+  double screen_vs_fast_correlation = std::numeric_limits<double>::quiet_NaN();
+  std::size_t refined = 0;
+  double fast_vs_final_correlation = std::numeric_limits<double>::quiet_NaN();
+  double refine_s = 0;
+  const char* fidelity_name = "balanced";  ///< of the final simulation
   int threads = 1;
   Objective objective = Objective::TokensPerSecond;
   /// The cluster's cross-validated step-time error band (every ranked step time carries it).
