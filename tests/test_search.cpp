@@ -5,10 +5,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/search/journal.hpp"
+#include "moesim/strategies/search/model_search.hpp"
+#include "moesim/models/presets.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -410,4 +413,84 @@ TEST_CASE("search: a results file is never replaced without --resume, nor mixed 
   } catch (const ConfigError& e) {
     CHECK_THAT(e.what(), Catch::Contains(file + ".partial") && Catch::Contains("interrupted"));
   }
+}
+
+TEST_CASE("model search: candidates keep the parameter budget, each gets the best plan a search of it finds",
+          "[search][model_search]") {
+  nlohmann::json doc = small().document;
+  doc["search"] = {{"tensor_model_parallel_size", {1, 2}}, {"pipeline_model_parallel_size", {1, 2}},
+                   {"virtual_pipeline_model_parallel_size", {1}}, {"micro_batch_size", {1}},
+                   {"recompute", {"none"}}, {"pipeline_schedule", {"auto"}}};
+  const Scenario base = load_scenario(doc, "t.json", "");
+  const double budget =
+      models::build_workload(base.model, base.training.seq_length, base.training.workload).params_total;
+  doc["model_search"] = {{"axes", {{"num_hidden_layers", {4, 8, 12}}}},
+                         {"fit", {{"key", "moe_intermediate_size"}, {"total_params", budget}, {"multiple", 16}}},
+                         {"active_params", {"0.01B", "100B"}},
+                         {"top_k", 2},
+                         {"refine_k", 0}};
+  const Scenario s = load_scenario(doc, "t.json", "");
+  const auto spec = parse_model_search(s);
+  REQUIRE(spec);
+  SearchOptions opt;
+  opt.threads = 2;
+  const ModelSearchReport r = model_search(s, *spec, opt);
+  REQUIRE(r.candidates.size() == 3);
+  double prev = 1e300;
+  std::map<int, int> width;  // layers -> refitted expert FFN width
+  for (const auto& c : r.candidates) {
+    INFO(c.overrides.dump() << " " << c.skipped);
+    REQUIRE(c.best);
+    // The refit keeps the budget to within one step of the key: 16 more FFN columns of every
+    // expert's three matrices in every MoE layer.
+    const double step = 16.0 * 3 * 1024 * 16 * c.overrides["num_hidden_layers"].get<double>();
+    CHECK(std::abs(c.total_params - budget) <= step);
+    CHECK(c.best->tokens_per_s <= prev);  // ranked best first
+    prev = c.best->tokens_per_s;
+    width[c.overrides["num_hidden_layers"].get<int>()] = c.overrides["moe_intermediate_size"].get<int>();
+    // The same model searched on its own gives the same best plan.
+    nlohmann::json one = doc;
+    one.erase("model_search");
+    one["model"] = c.config;
+    const Scenario so = load_scenario(one, "t.json", "");
+    SearchSpace space = parse_search_space(so);
+    space.top_k = 2;
+    space.refine_k = 0;
+    const SearchReport direct = search(so, space, opt);
+    REQUIRE_FALSE(direct.ranked.empty());
+    CHECK(direct.ranked.front().key == c.best->key);
+    CHECK(direct.ranked.front().step_time_s == c.best->step_time_s);
+  }
+  // More layers at the same budget: narrower experts (8 layers is the scenario's own 512).
+  CHECK(width[4] > width[8]);
+  CHECK(width[8] > width[12]);
+  CHECK(std::abs(width[8] - 512) <= 16);
+  // A range leaves a candidate out, with the reason.
+  doc["model_search"]["active_params"] = {"1B", "2B"};
+  const Scenario narrow = load_scenario(doc, "t.json", "");
+  const ModelSearchReport rn = model_search(narrow, *parse_model_search(narrow), opt);
+  for (const auto& c : rn.candidates) {
+    CHECK_FALSE(c.best);
+    CHECK_THAT(c.skipped, Catch::Contains("active parameters, outside"));
+  }
+  // Bad sections are named with their paths, all at once.
+  doc["model_search"] = {{"axes", {{"num_hidden_layerz", {4}}, {"hidden_size", nlohmann::json::array()}}},
+                         {"fit", {{"key", "hidden_act"}, {"total_params", "lots"}}}};
+  try {
+    (void)parse_model_search(load_scenario(doc, "t.json", ""));
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    std::set<std::string> paths;
+    for (const auto& x : e.diagnostics()) paths.insert(x.pointer);
+    CHECK(paths.count("/model_search/axes/num_hidden_layerz") == 1);
+    CHECK(paths.count("/model_search/axes/hidden_size") == 1);
+    CHECK(paths.count("/model_search/fit/key") == 1);
+    CHECK(paths.count("/model_search/fit/total_params") == 1);
+  }
+  // A preset with some config keys overridden is a model too.
+  nlohmann::json p = nlohmann::json::parse(R"({"preset": "pangu-ultra-moe-718b", "num_hidden_layers": 66})");
+  Diagnostics pd("t");
+  const models::ModelSpec m = models::load_model(p, "/model", pd, "");
+  REQUIRE(pd.ok());
+  CHECK(m.num_layers == 66);
 }

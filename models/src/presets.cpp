@@ -113,7 +113,54 @@ ModelSpec load_model(const nlohmann::json& spec, const std::string& pointer, Dia
     diag.error(pointer, json_brief(spec), "must be a model preset name, a path to a config.json, or a config object");
     return ModelSpec{};
   }
+  if (spec.contains("preset")) {
+    const auto cfg = model_config(spec, pointer, diag, base_dir);
+    if (!cfg) return ModelSpec{};
+    ModelSpec m = parse_model_config(*cfg, pointer, diag);
+    if (m.name.empty() || m.name == m.architecture) m.name = spec["preset"].get<std::string>();
+    return m;
+  }
   return parse_model_config(spec, pointer, diag);
+}
+
+std::optional<nlohmann::json> model_config(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag,
+                                           const std::string& base_dir) {
+  auto stripped = [](nlohmann::json j) {
+    Diagnostics ignore;
+    strip_sources(j, "", ignore);
+    return j;
+  };
+  if (spec.is_object() && spec.contains("preset")) {
+    const auto& p = spec["preset"];
+    if (!p.is_string()) {
+      diag.error(pointer + "/preset", json_brief(p), "must be a model preset name");
+      return std::nullopt;
+    }
+    auto base = preset_json("model", p.get<std::string>());
+    if (!base) {
+      unknown_preset(diag, pointer + "/preset", p.get<std::string>(), "model");
+      return std::nullopt;
+    }
+    nlohmann::json merged = stripped(*base);
+    nlohmann::json patch = spec;
+    patch.erase("preset");
+    merged.merge_patch(patch);
+    return merged;
+  }
+  if (spec.is_object()) return stripped(spec);
+  if (!spec.is_string()) {
+    diag.error(pointer, json_brief(spec), "must be a model preset name, a path to a config.json, or a config object");
+    return std::nullopt;
+  }
+  const std::string name = spec.get<std::string>();
+  if (auto j = preset_json("model", name)) return stripped(*j);
+  std::filesystem::path path(name);
+  if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+  Diagnostics local(path.string());
+  auto j = read_json_file(path.string(), local);
+  for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+  if (!j) return std::nullopt;
+  return stripped(*j);
 }
 
 }  // namespace moesim::models

@@ -175,6 +175,26 @@ int cmd_validate(const std::vector<std::string>& paths, const std::vector<std::s
 int cmd_search(const std::string& path, const std::vector<std::string>& sets, const std::string& format, int top,
                int threads, const std::string& out, bool resume, bool no_wall_time) {
   const strategies::Scenario s = strategies::load_scenario_file(path, sets);
+  if (const auto ms = strategies::parse_model_search(s)) {
+    // Architecture search: each candidate model searched for its best plan.
+    if (!out.empty() || resume) {
+      std::cerr << "moesim search: --out and --resume are for plan searches; a \"model_search\" scenario prints its "
+                   "candidates (use --format json to keep them)\n";
+      return 2;
+    }
+    strategies::SearchOptions mo;
+    mo.threads = threads;
+    mo.cancel = &g_interrupt;
+    const strategies::ModelSearchReport mr = strategies::model_search(s, *ms, mo);
+    if (format == "json") std::cout << strategies::to_json(mr).dump(2) << "\n";
+    else std::cout << tools::format_model_search_table(mr, s, !no_wall_time);
+    const bool any = std::any_of(mr.candidates.begin(), mr.candidates.end(), [](const auto& c) { return c.best.has_value(); });
+    if (!any) {
+      std::cerr << "moesim search: no candidate model has a plan that fits\n";
+      return 3;
+    }
+    return 0;
+  }
   const strategies::SearchSpace space = strategies::parse_search_space(s);
   strategies::SearchOptions opt;
   opt.threads = threads;

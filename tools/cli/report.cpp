@@ -232,4 +232,43 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
   return o;
 }
 
+std::string format_model_search_table(const strategies::ModelSearchReport& r, const strategies::Scenario& s,
+                                      bool wall_time) {
+  std::string o = fmt::format("moesim {} model search: {} candidates of {} on {} x {} ({}), seq {}, global batch {}\n\n",
+                              strategies::kVersion, r.candidates.size(), s.model_name, s.cluster.devices,
+                              s.cluster.device.name, s.cluster.name, s.training.seq_length, s.training.global_batch_size);
+  // The candidates' own keys, as columns.
+  std::vector<std::string> keys;
+  for (const auto& c : r.candidates)
+    for (const auto& [k, v] : c.overrides.items())
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  std::string head = fmt::format("  {:>4} ", "rank");
+  for (const auto& k : keys) head += fmt::format(" {:>{}}", k, std::max<std::size_t>(6, k.size()));
+  head += fmt::format("  {:>8} {:>8}  {:>11} {:>6} {:>8} {:>7}  {}\n", "total", "active", "tokens/s", "MFU", "step s",
+                      "vs best", "best plan");
+  o += head;
+  double best = 0;
+  for (const auto& c : r.candidates)
+    if (c.best) best = std::max(best, c.best->tokens_per_s);
+  int rank = 0;
+  for (const auto& c : r.candidates) {
+    std::string line = c.best ? fmt::format("  {:>4} ", ++rank) : std::string("     - ");
+    for (const auto& k : keys) {
+      const auto it = c.overrides.find(k);
+      line += fmt::format(" {:>{}}", it == c.overrides.end() ? std::string("") : it->dump(),
+                          std::max<std::size_t>(6, k.size()));
+    }
+    line += fmt::format("  {:>7.1f}B {:>7.1f}B", c.total_params / 1e9, c.active_params / 1e9);
+    if (c.best)
+      line += fmt::format("  {:>11.0f} {:>5.1f}% {:>8.3f} {:>+6.1f}%  {}", c.best->tokens_per_s, 100 * c.best->mfu,
+                          c.best->step_time_s, 100 * (c.best->tokens_per_s / best - 1), short_plan(c.best->plan, s.model));
+    else
+      line += "  " + c.skipped;
+    o += line + "\n";
+  }
+  o += "\n  each candidate's best plan from a search of the scenario's space (its top plans event-simulated)\n";
+  if (wall_time) o += fmt::format("  {:.1f} s\n", r.wall_s);
+  return o;
+}
+
 }  // namespace moesim::tools

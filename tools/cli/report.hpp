@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "moesim/strategies/search/model_search.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 
@@ -17,6 +18,9 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
 /// The ranking printed by `moesim search`.
 std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
                                 bool wall_time);
+/// The candidates printed by `moesim search` on a scenario with a "model_search" section.
+std::string format_model_search_table(const strategies::ModelSearchReport& r, const strategies::Scenario& s,
+                                      bool wall_time);
 /// A count with a unit prefix and no space: 1.46M, 10.00T, 950.
 std::string human_count(double x);
 /// A short plan description: "TP8 PP16 VPP2 EP4x(32) mbs2 selective ...".

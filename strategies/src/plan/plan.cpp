@@ -723,7 +723,8 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     s.software.applied.push_back("host dispatch: graphs (no host time per operator)");
   }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
-  root.has({"search"});  // read by parse_search_space when searching
+  root.has({"search"});        // read by parse_search_space when searching
+  root.has({"model_search"});  // read by parse_model_search (architecture search)
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
   check_device_support(s, diag);

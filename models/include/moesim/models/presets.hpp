@@ -33,9 +33,14 @@ std::optional<nlohmann::json> preset_json(std::string_view kind, std::string_vie
 /// `spec` is a preset name or an inline device object (an object may name a "preset" and
 /// override some of its fields).
 DeviceSpec load_device(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag);
-/// `spec` is a preset name, a path to a config.json (relative to `base_dir`), or an inline
-/// Hugging Face config object.
+/// `spec` is a preset name, a path to a config.json (relative to `base_dir`), an inline
+/// Hugging Face config object, or {"preset": name, key: value, ...} (a preset with some of its
+/// config keys overridden, e.g. {"preset": "pangu-ultra-moe-718b", "num_hidden_layers": 66}).
 ModelSpec load_model(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag,
                      const std::string& base_dir);
+/// The Hugging Face config `spec` stands for (any form load_model takes), sources stripped; the
+/// problems go to `diag`. For changing a model key by key (architecture search).
+std::optional<nlohmann::json> model_config(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag,
+                                           const std::string& base_dir);
 
 }  // namespace moesim::models
