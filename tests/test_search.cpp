@@ -6,7 +6,10 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/search/journal.hpp"
@@ -493,4 +496,59 @@ TEST_CASE("model search: candidates keep the parameter budget, each gets the bes
   const models::ModelSpec m = models::load_model(p, "/model", pd, "");
   REQUIRE(pd.ok());
   CHECK(m.num_layers == 66);
+}
+
+namespace {
+/// An allgather among threads standing in for MPI ranks.
+class ThreadGather {
+ public:
+  explicit ThreadGather(int n) : n_(n), slots_(static_cast<std::size_t>(n)) {}
+  std::vector<std::string> allgather(int rank, const std::string& mine) {
+    std::unique_lock<std::mutex> lock(m_);
+    slots_[static_cast<std::size_t>(rank)] = mine;
+    const int gen = generation_;
+    if (++arrived_ == n_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+    return result_;
+  }
+
+ private:
+  int n_, arrived_ = 0, generation_ = 0;
+  std::vector<std::string> slots_, result_;
+  std::mutex m_;
+  std::condition_variable cv_;
+};
+}  // namespace
+
+TEST_CASE("search: processes sharing a search rank exactly as one process does", "[search][peers]") {
+  const Scenario s = small();
+  const SearchSpace space = parse_search_space(s);
+  SearchOptions one;
+  one.threads = 1;
+  const std::string expected = to_json(search(s, space, one), 100).dump();
+  for (int n : {2, 3}) {
+    ThreadGather g(n);
+    std::vector<std::string> got(static_cast<std::size_t>(n));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r)
+      ranks.emplace_back([&, r] {
+        SearchOptions o;
+        o.threads = 1;
+        o.peers.rank = r;
+        o.peers.size = n;
+        o.peers.allgather = [&g, r](const std::string& mine) { return g.allgather(r, mine); };
+        got[static_cast<std::size_t>(r)] = to_json(search(s, space, o), 100).dump();
+      });
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+      INFO(n << " processes, rank " << r);
+      CHECK(got[static_cast<std::size_t>(r)] == expected);
+    }
+  }
 }

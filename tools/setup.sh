@@ -9,6 +9,7 @@ packages=(
   libboost-graph-dev nlohmann-json3-dev libfmt-dev catch2 libcli11-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-nbclient python3-ipykernel python3-matplotlib
   chromium
+  openmpi-bin libopenmpi-dev python3-distributed
 )
 
 missing=()

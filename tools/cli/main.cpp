@@ -37,6 +37,7 @@
 #include "moesim/strategies/plan/plan.hpp"
 #include "moesim/strategies/rl/rl.hpp"
 #include "moesim/strategies/output/simulate.hpp"
+#include "peers.hpp"
 #include "report.hpp"
 #include "terminal.hpp"
 #include "crossval.hpp"
@@ -174,6 +175,12 @@ int cmd_validate(const std::vector<std::string>& paths, const std::vector<std::s
 
 int cmd_search(const std::string& path, const std::vector<std::string>& sets, const std::string& format, int top,
                int threads, const std::string& out, bool resume, bool no_wall_time) {
+  // Under mpirun the ranks share the search; only the first prints and writes.
+  const tools::Peers peers;
+  if (!peers.unavailable().empty()) {
+    std::cerr << "moesim search: " << peers.unavailable() << "\n";
+    return 2;
+  }
   const strategies::Scenario s = strategies::load_scenario_file(path, sets);
   if (const auto ms = strategies::parse_model_search(s)) {
     // Architecture search: each candidate model searched for its best plan.
@@ -198,11 +205,12 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   const strategies::SearchSpace space = strategies::parse_search_space(s);
   strategies::SearchOptions opt;
   opt.threads = threads;
-  opt.out_file = out;
-  opt.resume = resume;
+  opt.out_file = peers.leader() ? out : std::string();
+  opt.resume = resume && peers.leader();
   opt.cancel = &g_interrupt;
+  opt.peers = peers.search_peers();
   if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown
-  const bool tty = isatty(fileno(stderr)) != 0;
+  const bool tty = peers.leader() && isatty(fileno(stderr)) != 0;
   const auto t0 = std::chrono::steady_clock::now();
   if (tty) {
     opt.progress = [t0](const char* phase, std::size_t done, std::size_t total) {
@@ -218,6 +226,7 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   }
   const strategies::SearchReport rep = strategies::search(s, space, opt);
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  if (!peers.leader()) return rep.ranked.empty() ? 3 : 0;
   const int shown = top > 0 ? top : 10;
   if (format == "json") std::cout << strategies::to_json(rep, shown).dump(2) << "\n";
   else if (format == "csv") std::cout << strategies::to_csv(rep, shown);

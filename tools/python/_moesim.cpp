@@ -499,6 +499,40 @@ py::object py_search(py::handle scenario, py::handle overrides, int top, int thr
   return to_python(report);
 }
 
+/// One of `size` processes sharing a search (moesim.search with a Dask client): `allgather`
+/// is a Python callable bytes -> list of bytes (every process's, in rank order).
+py::object py_search_share(py::handle scenario, py::handle overrides, int top, int threads, int rank, int size,
+                           py::handle allgather) {
+  const ScenarioInput in = scenario_input(scenario, overrides, py::none());
+  st::SearchOptions opt;
+  opt.threads = threads;
+  opt.peers.rank = rank;
+  opt.peers.size = size;
+  // The callable is called from the search's thread: with the GIL, and released with it.
+  auto fn = std::shared_ptr<py::object>(new py::object(py::reinterpret_borrow<py::object>(allgather)), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  opt.peers.allgather = [fn, size](const std::string& mine) {
+    py::gil_scoped_acquire gil;
+    const py::object got = (*fn)(py::bytes(mine));
+    std::vector<std::string> out;
+    for (const py::handle x : got) out.push_back(x.cast<std::string>());
+    if (static_cast<int>(out.size()) != size)
+      throw std::runtime_error("allgather returned " + std::to_string(out.size()) + " shares for " +
+                               std::to_string(size) + " processes");
+    return out;
+  };
+  const json report = run_interruptible([&](const moesim::CancelFlag* cancel) {
+    opt.cancel = cancel;
+    const st::Scenario s = load(in);
+    const st::SearchSpace space = st::parse_search_space(s);
+    if (top > space.top_k) opt.top_k = top;
+    return st::to_json(st::search(s, space, opt), top);
+  });
+  return to_python(report);
+}
+
 py::dict py_presets() {
   py::dict d;
   d["models"] = to_list(moesim::models::preset_names("model"));
@@ -571,5 +605,8 @@ PYBIND11_MODULE(_moesim, m) {
         "Simulates one training step; returns the result dict.");
   m.def("search", &py_search, py::arg("scenario"), py::arg("overrides"), py::arg("top"), py::arg("threads"),
         py::arg("progress"), "Searches the scenario's plan space; returns the report dict.");
+  m.def("search_share", &py_search_share, py::arg("scenario"), py::arg("overrides"), py::arg("top"), py::arg("threads"),
+        py::arg("rank"), py::arg("size"), py::arg("allgather"),
+        "One of `size` processes sharing a search; `allgather(bytes) -> [bytes, ...]` exchanges the shares.");
   m.def("presets", &py_presets, "The built-in model, device and cluster presets.");
 }

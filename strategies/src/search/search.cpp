@@ -172,7 +172,55 @@ struct SearchContext {
 
 // ---- enumerate and screen (mixed-radix index over the axes) --------------------------------
 
-/// Every plan of the space estimated; returns those that fit, best first (ties on the key),
+// ---- processes sharing a search (SearchPeers) ------------------------------------------------
+
+/// The screen's bottleneck names are string literals; a received one maps back to its literal.
+const char* bottleneck_literal(const std::string& s) {
+  for (const char* b : {"compute", "tp_comm", "cp_comm", "ep_comm", "bubble", "dp_comm"})
+    if (s == b) return b;
+  return "compute";
+}
+
+/// Every process's screened candidates (and valid-plan counts) to every process: the plans are
+/// rebuilt from their index, the estimates carried as numbers.
+void exchange_candidates(const search_detail::PlanEnumerator& plans, const SearchPeers& peers,
+                         std::vector<Candidate>& cands, std::size_t& valid) {
+  nlohmann::json mine = nlohmann::json::array();
+  mine.push_back(valid);
+  for (const Candidate& c : cands)
+    mine.push_back({c.index, c.score, c.est.step_s, c.est.tokens_per_s, c.est.mfu, c.est.peak_memory_bytes,
+                    c.est.capacity_bytes, c.est.compute_s, c.est.exposed_comm_s, c.est.bubble_s, c.est.dp_exposed_s,
+                    std::string(c.est.bottleneck)});
+  const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
+  const std::vector<std::string> all = peers.allgather(std::string(bytes.begin(), bytes.end()));
+  cands.clear();
+  valid = 0;
+  for (const std::string& part : all) {
+    const nlohmann::json j = nlohmann::json::from_msgpack(part);
+    valid += j[0].get<std::size_t>();
+    for (std::size_t k = 1; k < j.size(); ++k) {
+      const auto& e = j[k];
+      Candidate c;
+      c.index = e[0].get<std::size_t>();
+      if (!plans.make_plan(c.index, c.plan, c.recompute_name)) continue;  // cannot happen: it was made there
+      c.score = e[1];
+      c.est.step_s = e[2];
+      c.est.tokens_per_s = e[3];
+      c.est.mfu = e[4];
+      c.est.peak_memory_bytes = e[5];
+      c.est.capacity_bytes = e[6];
+      c.est.compute_s = e[7];
+      c.est.exposed_comm_s = e[8];
+      c.est.bubble_s = e[9];
+      c.est.dp_exposed_s = e[10];
+      c.est.bottleneck = bottleneck_literal(e[11].get<std::string>());
+      c.est.fits = true;
+      cands.push_back(std::move(c));
+    }
+  }
+}
+
+/// Every candidate's screen estimate returned; returns those that fit, best first (ties on the key),
 /// and counts the valid and fitting plans into `rep`.
 std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep) {
   const SearchSpace& space = ctx.space;
@@ -188,7 +236,9 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
   std::vector<std::unique_ptr<Estimator>> estimators(threads);
   ParallelOptions screen_opt{.threads = threads, .grain = 256, .cancel = opt.cancel, .tick = {}, .tick_ms = 100};
   if (opt.progress) screen_opt.tick = [&](std::size_t done) { opt.progress("screening", done, total); };
+  const SearchPeers& peers = opt.peers;
   parallel_for(total, screen_opt, [&](int worker, std::size_t i) {
+    if (!peers.owns(i)) return;  // another process's share
     Candidate c;
     if (!plans.make_plan(i, c.plan, c.recompute_name)) return;
     ++valid_count[worker];
@@ -205,6 +255,7 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
     rep.valid += valid_count[t];
     for (auto& c : per_worker[t]) cands.push_back(std::move(c));
   }
+  if (peers.size > 1) exchange_candidates(plans, peers, cands, rep.valid);
   // Plans the estimate deems over memory were dropped; count the fits for the report.
   rep.screened = rep.valid;
   rep.screened_fit = cands.size();
@@ -228,7 +279,9 @@ void refine_candidates(const SearchContext& ctx, std::vector<Candidate>& cands, 
   std::vector<char> fits(n, 0);
   ParallelOptions o{.threads = ctx.threads, .grain = 1, .cancel = ctx.opt.cancel, .tick = {}, .tick_ms = 100};
   if (ctx.opt.progress) o.tick = [&](std::size_t done) { ctx.opt.progress("refining", done, n); };
+  const SearchPeers& peers = ctx.opt.peers;
   parallel_for(n, o, [&](int, std::size_t i) {
+    if (!peers.owns(i)) return;
     Candidate& c = cands[i];
     Scenario sc = ctx.base;
     set_plan(sc, c.plan, plan_to_json(c.plan, ctx.base.model));
@@ -239,6 +292,19 @@ void refine_candidates(const SearchContext& ctx, std::vector<Candidate>& cands, 
     c.score = objective_value(space.objective, res.tokens_per_s, res.mfu, ctx.devices, space.train_tokens);
   });
   if (ctx.opt.cancel != nullptr && ctx.opt.cancel->requested()) throw Cancelled();
+  if (peers.size > 1) {
+    nlohmann::json mine = nlohmann::json::array();
+    for (std::size_t i = 0; i < n; ++i)
+      if (peers.owns(i)) mine.push_back({i, cands[i].fast_step_s, fits[i] != 0, cands[i].score});
+    const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
+    for (const std::string& part : peers.allgather(std::string(bytes.begin(), bytes.end())))
+      for (const auto& e : nlohmann::json::from_msgpack(part)) {
+        const std::size_t i = e[0].get<std::size_t>();
+        cands[i].fast_step_s = e[1];
+        fits[i] = e[2].get<bool>() ? 1 : 0;
+        cands[i].score = e[3];
+      }
+  }
   std::vector<double> est, fast;
   for (std::size_t i = 0; i < n; ++i)
     if (fits[i]) {
@@ -272,15 +338,8 @@ JournalChecks journal_checks(const SearchContext& ctx) {
   return checks;
 }
 
-/// The candidate's earlier result, from the results file's line `prev`.
-void resume_result(const JournalEntry& prev, const SearchJournal& journal, const Candidate& c, RankedPlan& r) {
-  // The key names the plan; a line whose plan is not the one its key names in this
-  // search was not written by it.
-  if (prev.plan != r.plan_json)
-    throw ConfigError({Diagnostic{journal.source() + ":" + std::to_string(prev.line), "/plan", json_brief(prev.plan),
-                                  "is not the plan its key " + c.key + " names in this search (expected " +
-                                      json_brief(r.plan_json) + "); remove the line (or the file) and resume"}});
-  const auto& res = prev.result;
+/// A result's fields from its JSON form (result_json).
+void read_result(const nlohmann::json& res, RankedPlan& r) {
   r.feasible = res["feasible"].get<bool>();
   r.infeasible_reason = res["infeasible_reason"].get<std::string>();
   r.step_time_s = res["step_time_s"].get<double>();
@@ -291,6 +350,17 @@ void resume_result(const JournalEntry& prev, const SearchJournal& journal, const
   r.bottleneck = res["bottleneck"].get<std::string>();
   r.breakdown = breakdown_from_json(res["breakdown_s"]);
   r.simulated = true;
+}
+
+/// The candidate's earlier result, from the results file's line `prev`.
+void resume_result(const JournalEntry& prev, const SearchJournal& journal, const Candidate& c, RankedPlan& r) {
+  // The key names the plan; a line whose plan is not the one its key names in this
+  // search was not written by it.
+  if (prev.plan != r.plan_json)
+    throw ConfigError({Diagnostic{journal.source() + ":" + std::to_string(prev.line), "/plan", json_brief(prev.plan),
+                                  "is not the plan its key " + c.key + " names in this search (expected " +
+                                      json_brief(r.plan_json) + "); remove the line (or the file) and resume"}});
+  read_result(prev.result, r);
   r.resumed = true;
 }
 
@@ -328,6 +398,35 @@ void candidate_result(const SearchContext& ctx, const Candidate& c, SearchJourna
   r.objective = objective_value(ctx.space.objective, r.tokens_per_s, r.mfu, ctx.devices, ctx.space.train_tokens);
 }
 
+/// Every process's results of a wave to every process; the first process writes the others'
+/// simulated results to the results file.
+void exchange_results(const SearchContext& ctx, const std::vector<Candidate>& cands, std::size_t next,
+                      SearchJournal& journal, std::vector<RankedPlan>& batch) {
+  const SearchPeers& peers = ctx.opt.peers;
+  nlohmann::json mine = nlohmann::json::array();
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    if (peers.owns(next + i)) mine.push_back({i, batch[i].resumed, result_json(batch[i])});
+  const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
+  const std::vector<std::string> all = peers.allgather(std::string(bytes.begin(), bytes.end()));
+  for (std::size_t p = 0; p < all.size(); ++p) {
+    if (static_cast<int>(p) == peers.rank) continue;
+    for (const auto& e : nlohmann::json::from_msgpack(all[p])) {
+      const std::size_t i = e[0].get<std::size_t>();
+      const Candidate& c = cands[next + i];
+      RankedPlan& r = batch[i];
+      r.key = c.key;
+      r.plan = c.plan;
+      r.plan_json = plan_to_json(c.plan, ctx.base.model);
+      r.estimate = c.est;
+      r.fast_step_s = c.fast_step_s;
+      read_result(e[2], r);
+      r.resumed = e[1].get<bool>();
+      r.objective = objective_value(ctx.space.objective, r.tokens_per_s, r.mfu, ctx.devices, ctx.space.train_tokens);
+      if (peers.rank == 0 && !r.resumed) journal.append(r.key, r.plan_json, result_json(r));
+    }
+  }
+}
+
 /// The results of the best candidates, wave by wave, until `top_k` are feasible (or none is
 /// left); counts the simulated and resumed ones into `rep`.
 std::vector<RankedPlan> simulate_waves(const SearchContext& ctx, const std::vector<Candidate>& cands, int top_k,
@@ -342,8 +441,11 @@ std::vector<RankedPlan> simulate_waves(const SearchContext& ctx, const std::vect
     const std::size_t wave = std::min<std::size_t>(static_cast<std::size_t>(top_k - feasible), cands.size() - next);
     std::vector<RankedPlan> batch(wave);
     ParallelOptions sim_opt{.threads = ctx.threads, .grain = 1, .cancel = opt.cancel, .tick = {}, .tick_ms = 100};
-    parallel_for(wave, sim_opt,
-                 [&](int, std::size_t i) { candidate_result(ctx, cands[next + i], journal, batch[i]); });
+    const SearchPeers& peers = opt.peers;
+    parallel_for(wave, sim_opt, [&](int, std::size_t i) {
+      if (peers.owns(next + i)) candidate_result(ctx, cands[next + i], journal, batch[i]);
+    });
+    if (peers.size > 1) exchange_results(ctx, cands, next, journal, batch);
     for (auto& r : batch) {
       if (r.resumed) ++rep.resumed;
       else ++rep.simulated;
@@ -432,6 +534,7 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   rep.space_size = space.size();
   const int threads = opt.threads > 0 ? opt.threads : hardware_threads();
   rep.threads = threads;
+  rep.processes = std::max(1, opt.peers.size);
   const int top_k = opt.top_k > 0 ? opt.top_k : space.top_k;
   const models::Workload w = models::build_workload(base.model, base.training.seq_length, base.training.workload);
   const topologies::Topology topo = topologies::build_topology(base.cluster);

@@ -146,8 +146,13 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
     )
 
 
-def search(scenario, overrides=None, top=10, threads=0, progress=None):
+def search(scenario, overrides=None, top=10, threads=0, progress=None, client=None, processes=None):
     """Search the scenario's space of parallel plans; return ``moesim search --format json``'s dict.
+
+    With a ``dask.distributed`` ``client``, ``processes`` Dask tasks (default: one per worker)
+    share the search as MPI ranks would (``mpirun -n N moesim search``): each screens and
+    simulates its share and the shares are exchanged through the scheduler; the result is
+    identical to one process's. Every task must be able to run at once (a worker slot each).
 
     The space is the scenario's ``search`` section (absent axes take automatic values);
     ``overrides`` work as in :func:`simulate` (``{"search.tp": [4, 8]}``). ``top`` plans are
@@ -161,7 +166,56 @@ def search(scenario, overrides=None, top=10, threads=0, progress=None):
     threads = _int("threads", threads, 0)
     if progress is not None and not callable(progress):
         raise _argument_error("progress", progress, "must be callable as progress(phase, done, total) or None")
+    if client is not None:
+        return _dask_search(client, _scenario(scenario), overrides, top, threads, processes)
     return _moesim.search(_scenario(scenario), overrides, top, threads, progress)
+
+
+def _dask_allgather(token, rank, size):
+    """An allgather among the Dask tasks of one search, through distributed Variables."""
+    from distributed import Variable
+
+    generation = [0]
+
+    def allgather(mine):
+        g = generation[0]
+        generation[0] += 1
+        Variable(f"moesim-{token}-{g}-{rank}").set(bytes(mine))
+        out = [Variable(f"moesim-{token}-{g}-{r}").get() for r in range(size)]
+        return out
+
+    return allgather
+
+
+def _dask_share(scenario, overrides, top, threads, rank, size, token):
+    """One task of a search shared by Dask tasks (runs on a worker)."""
+    from moesim import _moesim as core
+
+    return core.search_share(scenario, overrides, top, threads, rank, size, _dask_allgather(token, rank, size))
+
+
+def _dask_search(client, scenario, overrides, top, threads, processes):
+    import uuid
+
+    workers = list(client.scheduler_info()["workers"].items())
+    slots = sum(int(info.get("nthreads", 1)) for _, info in workers)
+    size = slots if processes is None else _int("processes", processes, 1)
+    if size > slots:
+        raise _argument_error("processes", processes, f"must be at most the client's {slots} worker threads (the tasks run at once)")
+    if isinstance(scenario, str) and os.path.exists(scenario):
+        scenario = os.path.abspath(scenario)  # the workers may run elsewhere
+    token = uuid.uuid4().hex
+    # Each task on its own worker slot, round-robin over the workers.
+    addrs = []
+    for addr, info in workers:
+        addrs += [addr] * int(info.get("nthreads", 1))
+    futures = [
+        client.submit(_dask_share, scenario, overrides, top, threads or 1, r, size, token, pure=False,
+                      workers=[addrs[r]], allow_other_workers=False, key=f"moesim-search-{token}-{r}")
+        for r in range(size)
+    ]
+    results = client.gather(futures)
+    return results[0]
 
 
 def presets():

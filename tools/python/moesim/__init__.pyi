@@ -70,8 +70,11 @@ def search(
     top: int = 10,
     threads: int = 0,
     progress: Union[Callable[[str, int, int], object], None] = None,
+    client: Any = None,
+    processes: Union[int, None] = None,
 ) -> dict[str, Any]:
-    """Strategy search: the dict of `moesim search --format json`."""
+    """Strategy search: the dict of `moesim search --format json`; with a dask.distributed
+    client, `processes` tasks share it (the same result)."""
 
 def presets() -> dict[str, list[str]]:
     """{"models": [...], "devices": [...], "clusters": [...]}."""

@@ -67,6 +67,16 @@ struct SearchSpace {
 /// the space too large.
 SearchSpace parse_search_space(const Scenario& s);
 
+/// Processes sharing one search (MPI ranks): each screens and simulates its share of the plans,
+/// and `allgather` exchanges the shares — every process passes its bytes and gets every
+/// process's, in rank order. The ranking is the same for any number of processes. Default: one.
+struct SearchPeers {
+  int rank = 0;
+  int size = 1;
+  std::function<std::vector<std::string>(const std::string&)> allgather;
+  [[nodiscard]] bool owns(std::size_t i) const { return size <= 1 || static_cast<int>(i % static_cast<std::size_t>(size)) == rank; }
+};
+
 struct SearchOptions {
   int threads = 0;          ///< 0: all cores
   int top_k = 0;            ///< 0: the space's top_k
@@ -77,6 +87,7 @@ struct SearchOptions {
   const CancelFlag* cancel = nullptr;
   /// Progress: (phase, done, total). Called from the calling thread.
   std::function<void(const char*, std::size_t, std::size_t)> progress;
+  SearchPeers peers;
 };
 
 struct RankedPlan {
@@ -120,6 +131,7 @@ struct SearchReport {
   double refine_s = 0;
   const char* fidelity_name = "balanced";  ///< of the final simulation
   int threads = 1;
+  int processes = 1;  ///< SearchPeers sharing it
   Objective objective = Objective::TokensPerSecond;
   /// The cluster's cross-validated step-time error band (every ranked step time carries it).
   std::optional<ErrorBand> error_band;
