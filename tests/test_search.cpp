@@ -552,3 +552,47 @@ TEST_CASE("search: processes sharing a search rank exactly as one process does",
     }
   }
 }
+
+TEST_CASE("search: swapping to host memory is an axis when asked for, its plans paste back", "[search][swap]") {
+  const Scenario s = small({"search.swap_activations=[0, 0.5]", "search.swap_optimizer=[false, true]",
+                            "search.tp=[1]", "search.pp=[2]", "search.ep=[8]", "search.mbs=[1]"});
+  const SearchSpace space = parse_search_space(s);
+  CHECK(space.swap_activations == std::vector<double>{0, 0.5});
+  SearchOptions opt;
+  opt.threads = 2;
+  opt.top_k = 200;  // every plan
+  const SearchReport r = search(s, space, opt);
+  int swapped = 0;
+  for (const auto& rp : r.ranked) {
+    if (rp.plan.swap_activations == 0.5 && rp.plan.swap_optimizer) ++swapped;
+    nlohmann::json back = s.document;
+    back["parallelism"] = rp.plan_json;
+    back.erase("search");
+    const Scenario b = load_scenario(back, "t.json", "");
+    CHECK(b.plan.swap_activations == rp.plan.swap_activations);
+    CHECK(b.plan.swap_optimizer == rp.plan.swap_optimizer);
+    CHECK(simulate(b).result.step_time_s == rp.step_time_s);
+  }
+  CHECK(swapped > 0);
+  // Swapped plans hold no more on the device than their unswapped twins, and less where more
+  // than one chunk's activations are in flight (the one in use stays).
+  std::map<std::string, double> peak;
+  for (const auto& rp : r.ranked) peak[rp.key] = rp.peak_memory_bytes;
+  int compared = 0;
+  for (const auto& [key, bytes] : peak)
+    if (const auto pos = key.find("-swap0.5"); pos != std::string::npos) {
+      std::string twin = key;
+      twin.erase(pos, 8);
+      if (const auto it = peak.find(twin); it != peak.end()) {
+        CHECK(bytes <= it->second);
+        compared += bytes < it->second;
+      }
+    }
+  CHECK(compared > 0);
+  try {
+    parse_search_space(small({"search.swap_activations=[0, 1.5]"}));
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(e.diagnostics()[0].pointer == "/search/swap_activations/1");
+  }
+}

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "moesim/sim/parallel.hpp"
 #include "moesim/strategies/search/journal.hpp"
 #include "moesim/topologies/topology.hpp"
@@ -34,7 +36,9 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
      << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "") << (p.fb_overlap ? "-fbov" : "")
-     << (p.shared_expert_overlap ? "-seov" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "");
+     << (p.shared_expert_overlap ? "-seov" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "")
+     << (p.swap_activations > 0 ? fmt::format("-swap{:g}", p.swap_activations) : std::string())
+     << (p.swap_optimizer ? "-swapopt" : "");
   if (!schedule_traits(p.schedule).automatic) os << "-" << schedule_name(p.schedule);
   return os.str();
 }

@@ -14,7 +14,7 @@ double SearchSpace::size() const {
   for (std::size_t k : {tp.size(), pp.size(), vpp.size(), ep.size(), etp.size(), cp.size(), mbs.size(),
                         tp_extend_ep.size(), distributed_optimizer.size(), tp_comm_overlap.size(), overlap_dp.size(),
                         alltoall.size(), recompute.size(), schedule.size(), fb_overlap.size(),
-                        shared_expert_overlap.size()})
+                        shared_expert_overlap.size(), swap_activations.size(), swap_optimizer.size()})
     n *= static_cast<double>(k);
   return n;
 }
@@ -34,6 +34,8 @@ nlohmann::json SearchSpace::to_json() const {
   j["overlap_dp"] = overlap_dp;
   j["moe_fb_overlap"] = fb_overlap;
   j["moe_shared_expert_overlap"] = shared_expert_overlap;
+  j["swap_activations"] = swap_activations;
+  j["swap_optimizer"] = swap_optimizer;
   std::vector<std::string> a2a, rc;
   for (auto a : alltoall) a2a.push_back(alltoall_name(a));
   for (const auto& r : recompute) rc.push_back(r.name);
@@ -122,6 +124,30 @@ struct SearchSection {
     return out;
   }
 
+  // A fraction axis: absent -> automatic values, a number in [0, 1], or a list of them.
+  [[nodiscard]] std::vector<double> fraction_axis(ObjectReader::Keys keys, std::vector<double> automatic) const {
+    const nlohmann::json* v = r.get(keys);
+    if (v == nullptr) return automatic;
+    const std::string ptr = r.child_pointer(r.found_key(keys));
+    std::vector<double> out;
+    auto take = [&](const nlohmann::json& x, const std::string& p) {
+      if (!x.is_number() || x.get<double>() < 0 || x.get<double>() > 1) {
+        diag.error(p, json_brief(x), "must be a fraction between 0 and 1");
+        return;
+      }
+      out.push_back(x.get<double>());
+    };
+    if (v->is_array()) {
+      for (std::size_t i = 0; i < v->size(); ++i) take((*v)[i], ptr + "/" + std::to_string(i));
+      if (v->empty()) diag.error(ptr, "[]", "must list at least one value");
+    } else {
+      take(*v, ptr);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
   [[nodiscard]] std::vector<bool> bool_axis(ObjectReader::Keys keys, std::vector<bool> automatic) const {
     const nlohmann::json* v = r.get(keys);
     if (v == nullptr || (v->is_string() && v->get<std::string>() == "auto")) return automatic;
@@ -187,6 +213,11 @@ void parse_parallel_axes(const SearchSection& sec, const Scenario& s, SearchSpac
   sp.shared_expert_overlap =
       sec.bool_axis({"moe_shared_expert_overlap"},
                     moe && s.model.num_shared_experts > 0 ? std::vector<bool>{false, true} : std::vector<bool>{false});
+  // Swapping to host memory: the scenario's own setting unless given (off by default: it trades
+  // host-link time for memory, which the screen does not charge; recomputation is the default
+  // way to memory).
+  sp.swap_activations = sec.fraction_axis({"swap_activations"}, {s.plan.swap_activations});
+  sp.swap_optimizer = sec.bool_axis({"swap_optimizer"}, {s.plan.swap_optimizer});
 }
 
 // All-to-all algorithm.
@@ -351,7 +382,8 @@ void check_space_size(const SearchSpace& sp, Diagnostics& diag) {
        << " x recompute " << sp.recompute.size() << " x schedules " << sp.schedule.size() << " x flags " << sp.tp_extend_ep.size() * sp.tp_comm_overlap.size() *
                                                                         sp.alltoall.size() * sp.distributed_optimizer.size() *
                                                                         sp.overlap_dp.size() * sp.fb_overlap.size() *
-                                                                        sp.shared_expert_overlap.size()
+                                                                        sp.shared_expert_overlap.size() *
+                                                                        sp.swap_activations.size() * sp.swap_optimizer.size()
        << "), more than max_plans=" << sp.max_plans
        << "; narrow the largest axes in the scenario's \"search\" section or with --set search.<axis>=[...]";
     diag.error("/search", "", os.str());
@@ -393,7 +425,8 @@ PlanEnumerator::PlanEnumerator(const Scenario& base, const SearchSpace& space)
                space.cp.size(),  space.mbs.size(),          space.recompute.size(),
                space.distributed_optimizer.size(), space.alltoall.size(),
                space.tp_comm_overlap.size(), space.overlap_dp.size(),
-               space.schedule.size(), space.fb_overlap.size(), space.shared_expert_overlap.size()},
+               space.schedule.size(), space.fb_overlap.size(), space.shared_expert_overlap.size(),
+               space.swap_activations.size(), space.swap_optimizer.size()},
       plain_etp1_(std::find(space.etp.begin(), space.etp.end(), 1) != space.etp.end() &&
                   std::find(space.tp_extend_ep.begin(), space.tp_extend_ep.end(), false) != space.tp_extend_ep.end()) {}
 
@@ -404,7 +437,7 @@ bool PlanEnumerator::has_plain_twin(int ep_size) const {
 bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name) const {
   const Scenario& base = *base_;
   const SearchSpace& space = *space_;
-  std::array<std::size_t, 16> d{};
+  std::array<std::size_t, 18> d{};
   for (std::size_t k = radices_.size(); k-- > 0;) {
     d[k] = index % radices_[k];
     index /= radices_[k];
@@ -453,6 +486,8 @@ bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name)
   if (!set_schedule(space.schedule[d[13]], p)) return false;
   p.fb_overlap = space.fb_overlap[d[14]];
   p.shared_expert_overlap = space.shared_expert_overlap[d[15]];
+  p.swap_activations = space.swap_activations[d[16]];
+  p.swap_optimizer = space.swap_optimizer[d[17]];
   // Nothing to overlap on one expert-parallel rank; DualPipe(V) already pairs each forward with
   // a backward, so the forward-backward overlap flag would be the same plan.
   if ((p.fb_overlap || p.shared_expert_overlap) && p.ep_size() == 1) return false;

@@ -44,6 +44,10 @@ struct SearchSpace {
   /// MoE: forward-backward overlap (MindSpeed --moe-fb-overlap) and shared-expert overlap
   /// (models with shared experts); both values by default.
   std::vector<bool> fb_overlap{false}, shared_expert_overlap{false};
+  /// Swapping to host memory (activations: the share of each chunk's saved bytes; optimizer
+  /// states): the scenario's own values unless the section lists others.
+  std::vector<double> swap_activations{0};
+  std::vector<bool> swap_optimizer{false};
   std::vector<AllToAllAlgo> alltoall;
   std::vector<RecomputeChoice> recompute;
   /// Pipeline schedules to try: -1 is "auto" (1F1B, or interleaved when vpp > 1), otherwise a
