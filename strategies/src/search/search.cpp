@@ -525,7 +525,7 @@ void screen_correlation(SearchReport& rep) {
   }
   rep.correlation_plans = est.size();
   rep.screen_rank_correlation = spearman(est, sim);
-  if (fast.size() == sim.size()) rep.fast_vs_final_correlation = spearman(fast, sim_fast);
+  rep.fast_vs_final_correlation = spearman(fast, sim_fast);  // over those the fast stage saw
 }
 
 }  // namespace

@@ -488,10 +488,12 @@ bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name)
   p.shared_expert_overlap = space.shared_expert_overlap[d[15]];
   p.swap_activations = space.swap_activations[d[16]];
   p.swap_optimizer = space.swap_optimizer[d[17]];
-  // Nothing to overlap on one expert-parallel rank; DualPipe(V) already pairs each forward with
-  // a backward, so the forward-backward overlap flag would be the same plan.
+  // Nothing to overlap on one expert-parallel rank. Forward-backward overlap pairs a backward
+  // with the next forward of another micro-batch, as 1F1B's steady state issues them:
+  // DualPipe(V) already pairs them (the same plan), and the zero-bubble orders put a weight
+  // pass after each backward, so they would hardly pair (the same plan in all but name).
   if ((p.fb_overlap || p.shared_expert_overlap) && p.ep_size() == 1) return false;
-  if (p.fb_overlap && schedule_traits(p.schedule).pairs_forward_backward) return false;
+  if (p.fb_overlap && !schedule_traits(p.schedule).automatic) return false;
   // On one stage every schedule is 1F1B.
   if (p.pp == 1 && !schedule_traits(p.schedule).automatic) return false;
   return plan_is_valid(p, base.training, base.model, base.cluster);
