@@ -35,6 +35,7 @@
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/output_file.hpp"
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/search/model_search.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 #include "moesim/topologies/topology.hpp"
@@ -533,6 +534,23 @@ py::object py_search_share(py::handle scenario, py::handle overrides, int top, i
   return to_python(report);
 }
 
+/// The scenario's "model_search": every candidate model with its best plan.
+py::object py_model_search(py::handle scenario, py::handle overrides, int threads) {
+  const ScenarioInput in = scenario_input(scenario, overrides, py::none());
+  const json report = run_interruptible([&](const moesim::CancelFlag* cancel) {
+    const st::Scenario s = load(in);
+    const auto spec = st::parse_model_search(s);
+    if (!spec)
+      throw moesim::ConfigError({moesim::Diagnostic{s.file, "/model_search", "",
+                                                    "is required: {\"axes\": {config key: [values]}, ...}"}});
+    st::SearchOptions opt;
+    opt.threads = threads;
+    opt.cancel = cancel;
+    return st::to_json(st::model_search(s, *spec, opt));
+  });
+  return to_python(report);
+}
+
 py::dict py_presets() {
   py::dict d;
   d["models"] = to_list(moesim::models::preset_names("model"));
@@ -608,5 +626,7 @@ PYBIND11_MODULE(_moesim, m) {
   m.def("search_share", &py_search_share, py::arg("scenario"), py::arg("overrides"), py::arg("top"), py::arg("threads"),
         py::arg("rank"), py::arg("size"), py::arg("allgather"),
         "One of `size` processes sharing a search; `allgather(bytes) -> [bytes, ...]` exchanges the shares.");
+  m.def("model_search", &py_model_search, py::arg("scenario"), py::arg("overrides"), py::arg("threads"),
+        "Searches the scenario's model_search candidates; returns the report dict.");
   m.def("presets", &py_presets, "The built-in model, device and cluster presets.");
 }

@@ -31,6 +31,7 @@ __all__ = [
     "Infeasible",
     "check",
     "load_scenario",
+    "model_search",
     "presets",
     "save_scenario",
     "search",
@@ -169,6 +170,17 @@ def search(scenario, overrides=None, top=10, threads=0, progress=None, client=No
     if client is not None:
         return _dask_search(client, _scenario(scenario), overrides, top, threads, processes)
     return _moesim.search(_scenario(scenario), overrides, top, threads, progress)
+
+
+def model_search(scenario, overrides=None, threads=0):
+    """Architecture search: the scenario's ``model_search`` candidates, each with its best plan.
+
+    Returns ``moesim search --format json``'s dict for such a scenario: ``candidates`` best
+    first, each with its config overrides, total and active parameters, and best plan (or why it
+    was skipped). ``overrides`` work as in :func:`simulate` (``{"model_search.axes.num_hidden_layers": [58, 61]}``).
+    """
+    threads = _int("threads", threads, 0)
+    return _moesim.model_search(_scenario(scenario), overrides, threads)
 
 
 def _dask_allgather(token, rank, size):

@@ -76,5 +76,12 @@ def search(
     """Strategy search: the dict of `moesim search --format json`; with a dask.distributed
     client, `processes` tasks share it (the same result)."""
 
+def model_search(
+    scenario: ScenarioLike,
+    overrides: Overrides = None,
+    threads: int = 0,
+) -> dict[str, Any]:
+    """Architecture search: the scenario's model_search candidates, each with its best plan."""
+
 def presets() -> dict[str, list[str]]:
     """{"models": [...], "devices": [...], "clusters": [...]}."""
