@@ -295,3 +295,28 @@ TEST_CASE("report: a dense model has no expert-load chart and a skipped sweep no
   CHECK(html.find("The strategy search was not run") != std::string::npos);
   CHECK(unbalanced(html).empty());
 }
+
+TEST_CASE("report: a model_search scenario gets an architecture table and chart", "[report][model_search]") {
+  nlohmann::json doc = small().document;
+  doc["search"] = {{"tp", {1}}, {"pp", {1, 2}}, {"vpp", {1}}, {"mbs", {1}}, {"recompute", {"none"}},
+                   {"pipeline_schedule", {"auto"}}};
+  doc["model_search"] = {{"axes", {{"num_hidden_layers", {4, 8}}}}, {"top_k", 2}, {"refine_k", 0},
+                         {"active_params", {"0.05B", "0.09B"}}};  // 4 layers: 0.068B active, 8: 0.104B
+  const Scenario s = load_scenario(doc, "t.json", "");
+  SearchOptions opt;
+  opt.threads = 2;
+  const ModelSearchReport models = model_search(s, *parse_model_search(s), opt);
+  const Simulation sim = simulate(s);
+  tools::HtmlReportInput in;
+  in.scenario = &s;
+  in.sim = &sim;
+  in.models = &models;
+  const std::string html = tools::render_html_report(in);
+  REQUIRE(models.candidates.size() == 2);
+  CHECK(models.candidates[0].best.has_value());   // 4 layers, inside the range
+  CHECK_FALSE(models.candidates[1].best.has_value());  // 8 layers, outside: listed with why
+  CHECK_THAT(html, Catch::Contains("<section id=\"architecture\">"));
+  CHECK_THAT(html, Catch::Contains("id=\"chart-architecture\""));
+  CHECK_THAT(html, Catch::Contains("active parameters, outside"));
+  CHECK(tools::report_chart_ids(in).back() == "chart-architecture");
+}

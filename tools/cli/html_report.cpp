@@ -665,6 +665,84 @@ std::string section_plans(const HtmlReportInput& in) {
   return h;
 }
 
+/// A candidate's label: its config keys and values.
+std::string candidate_label(const strategies::ModelCandidate& c) {
+  std::string t;
+  for (const auto& [k, v] : c.overrides.items()) t += (t.empty() ? "" : ", ") + k + " " + v.dump();
+  return t;
+}
+
+/// Tokens per second of each candidate model's best plan, best first (a linear axis from 0).
+std::string chart_architecture(const strategies::ModelSearchReport& r) {
+  std::vector<const strategies::ModelCandidate*> rows;
+  for (const auto& c : r.candidates)
+    if (c.best) rows.push_back(&c);
+  std::size_t longest = 0;
+  for (const auto* c : rows) longest = std::max(longest, candidate_label(*c).size());
+  const double W = 1000, label_w = std::clamp(16 + 6.6 * static_cast<double>(longest), 200.0, 520.0), right = 150;
+  const double plot_w = W - label_w - right, row_h = 22, gap = 9, top = 8;
+  double xmax = 0;
+  for (const auto* c : rows) xmax = std::max(xmax, c->best->tokens_per_s);
+  const double step = nice_step(std::max(xmax, 1.0), 6);
+  const double axis_max = std::max(step, std::ceil(xmax / step - 1e-9) * step);
+  const double sx = plot_w / axis_max;
+  const double plot_h = static_cast<double>(rows.size()) * (row_h + gap);
+  const double H = top + plot_h + 40;
+  std::string s = svg_open("chart-architecture", W, H, "tokens per second of each candidate model's best plan");
+  for (double t = 0; t <= axis_max + step * 1e-6; t += step) {
+    const double x = label_w + t * sx;
+    s += line(x, top, x, top + plot_h, "grid");
+    s += text(x, top + plot_h + 15, tokens_text(t), "middle", "small");
+  }
+  s += text(label_w + plot_w / 2, top + plot_h + 31, "tokens per second (whole cluster), best plan of each model", "middle",
+            "small");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& c = *rows[i];
+    const double y = top + static_cast<double>(i) * (row_h + gap);
+    const double w = c.best->tokens_per_s * sx;
+    s += text(label_w - 8, y + row_h / 2 + 4, candidate_label(c), "end");
+    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" class=\"{}\"><title>{}: {} tokens/s, "
+                     "{:.1f}B total / {:.1f}B active parameters</title></rect>\n",
+                     f1(label_w), f1(y), w, f1(row_h), i == 0 ? "k0" : "k1",
+                     html_escape(candidate_label(c)), grouped(c.best->tokens_per_s), c.total_params / 1e9,
+                     c.active_params / 1e9);
+    s += text(label_w + w + 5, y + row_h / 2 + 4,
+              fmt::format("{} ({:.1f}B active)", tokens_text(c.best->tokens_per_s), c.active_params / 1e9), "start", "small");
+  }
+  s += line(label_w, top, label_w, top + plot_h, "axis");
+  s += "</svg>\n";
+  return s;
+}
+
+std::string section_architecture(const strategies::Scenario& s, const strategies::ModelSearchReport& r) {
+  std::string h = "<section id=\"architecture\">\n<h2>Model architecture candidates</h2>\n";
+  h += fmt::format("<p class=\"note\">{} candidate models from the scenario's <code>model_search</code>, each searched for "
+                   "its best parallel plan on {} x {}. Throughput alone favours models with fewer active parameters per "
+                   "token; compare like with like (an <code>active_params</code> range).</p>\n",
+                   r.candidates.size(), grouped(s.cluster.devices), html_escape(s.cluster.device.name));
+  h += "<table>\n<tr><th class=\"n\">rank</th><th>model</th><th class=\"n\">total</th><th class=\"n\">active</th>"
+       "<th class=\"n\">tokens/s</th><th class=\"n\">MFU</th><th class=\"n\">step s</th><th>best plan</th></tr>\n";
+  int rank = 0;
+  for (const auto& c : r.candidates) {
+    if (c.best)
+      h += fmt::format("<tr{}><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{:.1f}B</td><td class=\"n\">{:.1f}B</td>"
+                       "<td class=\"n\">{}</td><td class=\"n\">{:.1f}%</td><td class=\"n\">{:.3f}</td><td><code>{}</code></td></tr>\n",
+                       rank == 0 ? " class=\"hl\"" : "", rank + 1, html_escape(candidate_label(c)), c.total_params / 1e9,
+                       c.active_params / 1e9, grouped(c.best->tokens_per_s), 100 * c.best->mfu, c.best->step_time_s,
+                       html_escape(short_plan(c.best->plan, s.model)));
+    else
+      h += fmt::format("<tr><td class=\"n\">-</td><td>{}</td><td class=\"n\">{:.1f}B</td><td class=\"n\">{:.1f}B</td>"
+                       "<td colspan=\"4\">{}</td></tr>\n",
+                       html_escape(candidate_label(c)), c.total_params / 1e9, c.active_params / 1e9, html_escape(c.skipped));
+    if (c.best) ++rank;
+  }
+  h += "</table>\n";
+  if (rank > 0)
+    h += figure(chart_architecture(r), "Tokens per second of each candidate's best plan (bars from zero; the best "
+                                       "highlighted), with its active parameters per token.");
+  return h + "</section>\n";
+}
+
 std::string section_capacity(const strategies::Scenario& s, const strategies::CapacityReport& cap) {
   std::string h = "<section id=\"capacity\">\n<h2>Capacity planning</h2>\n";
   const std::string budget = tokens_text(cap.train_tokens);
@@ -743,6 +821,9 @@ std::vector<std::string> report_chart_ids(const HtmlReportInput& in) {
       !in.sim->result.expert_load.layer_rank_share.empty())
     ids.emplace_back("chart-expert-load");
   if (in.capacity != nullptr && !in.capacity->points.empty()) ids.emplace_back("chart-scaling");
+  if (in.models != nullptr &&
+      std::any_of(in.models->candidates.begin(), in.models->candidates.end(), [](const auto& c) { return c.best.has_value(); }))
+    ids.emplace_back("chart-architecture");
   return ids;
 }
 
@@ -760,6 +841,7 @@ std::string render_html_report(const HtmlReportInput& in) {
        "</p>\n</header>\n";
   h += section_summary(s, r);
   h += section_plans(in);
+  if (in.models != nullptr) h += section_architecture(s, *in.models);
 
   // Breakdown: the scenario's plan, then the best plans.
   {

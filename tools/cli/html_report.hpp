@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moesim/strategies/search/capacity.hpp"
+#include "moesim/strategies/search/model_search.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 
@@ -24,6 +25,8 @@ struct HtmlReportInput {
   const strategies::Simulation* sim = nullptr;         ///< the scenario's plan, simulated (required)
   const strategies::SearchReport* search = nullptr;    ///< best plans; null: section says it was skipped
   const strategies::CapacityReport* capacity = nullptr;  ///< scaling chart and capacity answer; null: skipped
+  /// The scenario's model_search candidates (table and chart); null: no such section.
+  const strategies::ModelSearchReport* models = nullptr;
   int top = 5;                   ///< plans in the best-plans table and the breakdown chart
   int timeline_max_rows = 32;    ///< simulated ranks drawn in the timeline (one per stage first)
   int timeline_bins = 960;       ///< time columns of the timeline (tasks are binned, then run-length merged)

@@ -350,12 +350,22 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
   }
   std::optional<strategies::CapacityReport> capacity;
   if (!no_scaling) capacity = strategies::plan_capacity(s, opt);
+  std::optional<strategies::ModelSearchReport> models;
+  if (!no_search)
+    if (const auto ms = strategies::parse_model_search(s)) {
+      if (tty) std::fprintf(stderr, "\rsearching the candidate models...          ");
+      strategies::SearchOptions mo;
+      mo.threads = args.threads;
+      mo.cancel = &g_interrupt;
+      models = strategies::model_search(s, *ms, mo);
+    }
   clear_progress();
   tools::HtmlReportInput in;
   in.scenario = &s;
   in.sim = &sim;
   in.search = search ? &*search : nullptr;
   in.capacity = capacity ? &*capacity : nullptr;
+  in.models = models ? &*models : nullptr;
   in.top = top;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (wall_time) in.wall_time_note = fmt::format("Generated in {:.1f} s.", elapsed);
