@@ -312,10 +312,11 @@ PlanEstimate Screen::run() {
   // DualPipe runs each micro-batch on one of a device's two stages; paired passes (DualPipe(V)'s
   // F&B pairs, moe_fb_overlap) cost their compute or their communication, whichever is longer.
   const double half = sched.bidirectional ? 0.5 : 1.0;
-  // moe_fb_overlap pairs a backward with the next forward of another micro-batch: in 1F1B the
-  // first stage has pp - 1 warm-up forwards, so m - pp of its backwards find one (none with a
-  // single micro-batch); DualPipe(V) pairs by construction.
-  const double pairs = sched.pairs_forward_backward ? m : p_.fb_overlap ? std::max(0, m - pp) : 0;
+  // A backward pairs with the next forward of another micro-batch (moe_fb_overlap in 1F1B;
+  // DualPipe(V) by construction) only in the steady state: the first stage's pp - 1 warm-up
+  // forwards and the cooldown backwards run alone, so about m - pp pairs (none with one
+  // micro-batch).
+  const double pairs = sched.pairs_forward_backward || p_.fb_overlap ? std::max(0, m - pp) : 0;
   const double t_steady = half * (pairs * pc.pair + (m - pairs) * pc.t_max) / std::max(1, m);
   const double pipe = m * t_steady + sched.fill(pc) + 2.0 * (pp - 1) * p2p;
 

@@ -336,7 +336,7 @@ void parse_objective(const SearchSection& sec, SearchSpace& sp) {
   if ((sp.objective == Objective::TimeToTrain || sp.objective == Objective::Cost) && sp.train_tokens <= 0)
     diag.error(r.child_pointer("train_tokens"), "", std::string("is required for the ") + obj + " objective (e.g. \"10T\")");
   sp.top_k = static_cast<int>(r.integer({"top_k"}, 16, 1, 100000));
-  sp.refine_k = static_cast<int>(r.integer({"refine_k"}, 160, 0, 1000000));
+  sp.refine_k = static_cast<int>(r.integer({"refine_k"}, 96, 0, 1000000));
   sp.fidelity = *parse_fidelity(r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"}));
   sp.max_plans = r.number({"max_plans"}, 20e6, 1, 1e12);
 }

@@ -59,7 +59,7 @@ struct SearchSpace {
   /// Multi-fidelity: the screen's best `refine_k` plans are event-simulated at fast fidelity
   /// (one task per pass) and re-ordered by that before the top_k are simulated at `fidelity`.
   /// 0: no refinement (also when `fidelity` is fast).
-  int refine_k = 160;
+  int refine_k = 96;
   Fidelity fidelity = Fidelity::Balanced;
   double max_plans = 20e6;        ///< refuse larger spaces (with an estimate and advice)
   [[nodiscard]] double size() const;
