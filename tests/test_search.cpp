@@ -551,6 +551,43 @@ TEST_CASE("search: processes sharing a search rank exactly as one process does",
       CHECK(got[static_cast<std::size_t>(r)] == expected);
     }
   }
+  // A results file: the first process writes it; resuming, every process reads it, so nothing
+  // is simulated again; a file that may not be replaced stops every process (none waits).
+  const std::string file = test_dir("peers_journal") + "/results.jsonl";
+  auto shared = [&](bool resume) {
+    ThreadGather g(2);
+    std::vector<SearchReport> reps(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        SearchOptions o;
+        o.threads = 1;
+        o.out_file = file;
+        o.resume = resume;
+        o.peers.rank = r;
+        o.peers.size = 2;
+        o.peers.allgather = [&g, r](const std::string& mine) { return g.allgather(r, mine); };
+        try {
+          reps[static_cast<std::size_t>(r)] = search(s, space, o);
+        } catch (const ConfigError& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : ranks) t.join();
+    return std::pair{reps, errors};
+  };
+  const auto [first, first_errors] = shared(false);
+  CHECK(first_errors[0].empty());
+  CHECK(read_lines(file).size() == 1 + first[0].simulated);
+  const auto [again, again_errors] = shared(true);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(again[static_cast<std::size_t>(r)].simulated == 0);
+    CHECK(to_json(again[static_cast<std::size_t>(r)], 100)["ranked"] == nlohmann::json::parse(expected)["ranked"]);
+  }
+  const auto [refused, refused_errors] = shared(false);  // exists, no --resume
+  CHECK_THAT(refused_errors[0], Catch::Contains("already exists"));
+  CHECK_THAT(refused_errors[1], Catch::Contains("another process of the search failed"));
 }
 
 TEST_CASE("search: swapping to host memory is an axis when asked for, its plans paste back", "[search][swap]") {

@@ -205,8 +205,8 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   const strategies::SearchSpace space = strategies::parse_search_space(s);
   strategies::SearchOptions opt;
   opt.threads = threads;
-  opt.out_file = peers.leader() ? out : std::string();
-  opt.resume = resume && peers.leader();
+  opt.out_file = out;  // the first process writes it; the others only read it when resuming
+  opt.resume = resume;
   opt.cancel = &g_interrupt;
   opt.peers = peers.search_peers();
   if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown

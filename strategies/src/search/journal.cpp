@@ -170,11 +170,22 @@ SearchJournal::SearchJournal(std::string out_file, bool resume, std::string fing
   write_line(header + carried);
 }
 
+SearchJournal::SearchJournal(ReadOnly, std::string out_file, bool resume, std::string fingerprint, JournalChecks checks)
+    : target_(std::move(out_file)), fingerprint_(std::move(fingerprint)), checks_(checks) {
+  if (target_.empty() || !resume) return;
+  struct stat st {};
+  if (::stat(target_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return;  // a device or a pipe
+  partial_ = target_ + ".partial";
+  struct stat pst {};
+  if (::stat(partial_.c_str(), &pst) == 0 && S_ISREG(pst.st_mode)) read(partial_, true, false);
+  else if (::stat(target_.c_str(), &st) == 0) read(target_, false, false);
+}
+
 SearchJournal::~SearchJournal() {
   if (fd_ >= 0) ::close(fd_);  // an unfinished journal stays as FILE.partial for --resume
 }
 
-void SearchJournal::read(const std::string& path, bool is_partial) {
+void SearchJournal::read(const std::string& path, bool is_partial, bool may_cut) {
   source_ = path;
   std::string text;
   if (!read_whole(path, text)) refuse(path, 0, std::string("cannot be read: ") + std::strerror(errno));
@@ -184,7 +195,7 @@ void SearchJournal::read(const std::string& path, bool is_partial) {
   if (!text.empty() && text.back() != '\n') {
     const std::size_t nl = text.rfind('\n');
     complete = nl == std::string::npos ? 0 : nl + 1;
-    if (is_partial && ::truncate(path.c_str(), static_cast<off_t>(complete)) != 0)
+    if (is_partial && may_cut && ::truncate(path.c_str(), static_cast<off_t>(complete)) != 0)
       refuse(path, 0, std::string("cannot cut its unfinished last line: ") + std::strerror(errno));
   }
   const std::string advice = "remove it, or choose another --out, to start afresh";

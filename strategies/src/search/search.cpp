@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -552,8 +553,36 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   refine_candidates(ctx, cands, rep);
   rep.refine_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
 
-  SearchJournal journal(opt.out_file, opt.resume, search_fingerprint(base, space.fidelity), journal_checks(ctx),
-                        base.input_files());
+  // Shared by processes: the first writes the results file; the others read it (resuming)
+  // once the first has opened it, and everyone starts simulating after they have.
+  // A problem opening it on one process stops them all (none may wait for the others forever):
+  // each passes its error, or nothing, to the others.
+  const SearchPeers& peers = opt.peers;
+  std::optional<SearchJournal> own;
+  const auto step = [&](bool mine, auto&& open) {
+    std::exception_ptr error;
+    std::string message;
+    if (mine) try {
+        open();
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        message = e.what();
+      }
+    if (peers.size > 1)
+      for (const std::string& other : peers.allgather(message))
+        if (!error && !other.empty())
+          throw ConfigError({Diagnostic{opt.out_file, "", "", "another process of the search failed: " + other}});
+    if (error) std::rethrow_exception(error);
+  };
+  step(peers.rank == 0, [&] {
+    own.emplace(opt.out_file, opt.resume, search_fingerprint(base, space.fidelity), journal_checks(ctx),
+                base.input_files());
+  });
+  step(peers.rank != 0, [&] {
+    own.emplace(SearchJournal::ReadOnly{}, opt.out_file, opt.resume, search_fingerprint(base, space.fidelity),
+                journal_checks(ctx));
+  });
+  SearchJournal& journal = *own;
   const auto t1 = std::chrono::steady_clock::now();
   const std::vector<RankedPlan> results = simulate_waves(ctx, cands, top_k, journal, rep);
   journal.finish();

@@ -54,6 +54,10 @@ class SearchJournal {
   /// another search's results.
   SearchJournal(std::string out_file, bool resume, std::string fingerprint, JournalChecks checks,
                 const std::vector<std::string>& inputs);
+  /// A reader only (the other processes of a shared search): with `resume`, the earlier results
+  /// of FILE.partial (or FILE) are read, nothing is ever written or cut.
+  struct ReadOnly {};
+  SearchJournal(ReadOnly, std::string out_file, bool resume, std::string fingerprint, JournalChecks checks);
   ~SearchJournal();
   SearchJournal(const SearchJournal&) = delete;
   SearchJournal& operator=(const SearchJournal&) = delete;
@@ -76,7 +80,7 @@ class SearchJournal {
   static std::vector<std::string> check_result(const nlohmann::json& result, const JournalChecks& checks);
 
  private:
-  void read(const std::string& path, bool is_partial);
+  void read(const std::string& path, bool is_partial, bool may_cut = true);
   void write_line(const std::string& text);
 
   std::string target_, partial_, fingerprint_, source_;
