@@ -356,74 +356,70 @@ void LayerBuilder::emit_attention(const Op& op, const std::string& label, Progra
   const double bh = static_cast<double>(spec_.mbs) * heads;
   const std::string lbl = backward ? label + ".bwd" : label;
   const int before = b.chain;
+  const bool flash = op.attention_kernel == models::AttentionKernel::Flash;
   // Context parallelism: K/V blocks travel around the CP ring while blocks are computed (and
-  // their gradients travel back in backward).
+  // their gradients travel back in backward) — or, all-gather CP, the whole keys/values are
+  // gathered first (again in backward, where they were not kept) and their gradients
+  // reduce-scattered after one masked kernel over them.
   int ring = -1;
+  double block = 0;
   if (spec_.cp > 1) {
     const double kv_heads =
         (ctx_.model.attention == models::AttentionKind::MLA ? op.heads : ctx_.model.kv_heads) / static_cast<double>(spec_.tp);
-    const double block = spec_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
-    if (spec_.cp_all_gather && op.attention_kernel == models::AttentionKernel::Flash) {
-      // All-gather CP: the whole keys/values first (again in backward, where they were not
-      // kept), one masked kernel over them, the key/value gradients reduce-scattered after.
+    block = spec_.mbs * sq * std::max(1.0, kv_heads) * (op.d_qk + op.d_v) * models::kActivationBytes;
+    if (spec_.cp_all_gather && flash) {
       b.chained(collective(GroupKind::Cp, Collective::AllGather, block * spec_.cp, kCpComm, Stream::Cp,
                            lbl + ".kv_all_gather", count));
-      const double fwd_fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
-      const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
-      (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
-      b.chained(compute(cat,
-                        ctx_.cm.attention(bh, sq, skv, op.d_qk, op.d_v, causal, backward ? op.bwd_data_factor : 0.0,
-                                          ctx_.precision),
-                        fl, lbl));
-      if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
-      if (backward)
-        b.chained(collective(GroupKind::Cp, Collective::ReduceScatter, block * spec_.cp, kCpComm, Stream::Cp,
-                             lbl + ".dkv_reduce_scatter", count));
-      return;
+    } else {
+      Step c = collective(GroupKind::Cp, Collective::AllGather, (backward ? 2 : 1) * block * spec_.cp, kCpComm,
+                          Stream::Cp, lbl + ".kv_ring", count);
+      if (c.duration > 0) ring = b.add(c, before, -1);
     }
-    Step c = collective(GroupKind::Cp, Collective::AllGather, (backward ? 2 : 1) * block * spec_.cp, kCpComm, Stream::Cp,
-                        lbl + ".kv_ring", count);
-    if (c.duration > 0) ring = b.add(c, before, -1);
   }
-  if (op.attention_kernel == models::AttentionKernel::Flash) {
-    const double fwd_fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
-    const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
-    const double bf = backward ? op.bwd_data_factor : 0.0;
-    (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
-    if (ring >= 0 && skv == static_cast<double>(ctx_.seq_length)) {
-      // The ring, step by step (Megatron / Transformer Engine context parallelism; the causal
-      // sequence is cut into 2 x CP chunks, rank r holding chunks r and 2CP-1-r): step 0 is the
-      // local block under the mask, every later step half a block (all queries against the
-      // earlier half of the arriving keys, or the later half of the queries against all of
-      // them) without it, so each step has the same work and runs as its own, smaller kernel.
-      // A step needs the block the previous one received: the steps before the last overlap
-      // the transfers, the last waits for them; in backward the accumulated key/value
-      // gradients then take one more hop home.
-      const double cp = spec_.cp;
-      const Seconds first = ctx_.cm.attention(bh, sq, sq, op.d_qk, op.d_v, causal, bf, ctx_.precision);
-      const Seconds later = causal ? ctx_.cm.attention(bh, sq, 0.5 * sq, op.d_qk, op.d_v, false, bf, ctx_.precision)
-                                   : first;
-      const Step hop = b.p.steps[static_cast<std::size_t>(ring)];
-      b.chained(compute(cat, first + later * (cp - 2), fl * (cp - 1) / cp, lbl));
-      if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
-      b.join(ring);
-      b.chained(compute(cat, later, fl / cp, lbl + ".ring_last"));
-      if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
-      if (backward) {
-        // One step of the ring carries keys/values and their gradients: half of it goes home.
-        Step h = hop;
-        h.duration = hop.duration / static_cast<Tick>(2 * (spec_.cp - 1));
-        h.label = labels_.label(lbl + ".dkv_home");
-        b.chained(h);
-      }
-      return;
-    }
-    const Seconds t = ctx_.cm.attention(bh, sq, skv, op.d_qk, op.d_v, causal, bf, ctx_.precision);
-    b.chained(compute(cat, t, fl, lbl));
-    if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
-  } else {
+  if (!flash) {
     emit_unfused_attention(op, lbl, b, backward, cat, ip, bh, sq, skv);
+    b.join(ring);
+    return;
   }
+  const double fwd_fl = 2.0 * bh * sq * skv * (op.d_qk + op.d_v) * (causal ? 0.5 : 1.0);
+  const double fl = backward ? op.bwd_data_factor * fwd_fl : fwd_fl;
+  const double bf = backward ? op.bwd_data_factor : 0.0;
+  (backward ? ip.bwd_flops : ip.fwd_flops) += cat == kRecompute ? 0.0 : fl;
+  // One attention kernel on the chain (packed documents rescale its work per micro-batch).
+  auto kernel = [&](Seconds t, double flops, const std::string& name) {
+    b.chained(compute(cat, t, flops, name));
+    if (ctx_.packed_documents) b.p.steps[static_cast<std::size_t>(b.chain)].role = Role::Attention;
+  };
+  if (ring >= 0 && skv == static_cast<double>(ctx_.seq_length)) {
+    // The ring, step by step (Megatron / Transformer Engine context parallelism; the causal
+    // sequence is cut into 2 x CP chunks, rank r holding chunks r and 2CP-1-r): step 0 is the
+    // local block under the mask, every later step half a block (all queries against the
+    // earlier half of the arriving keys, or the later half of the queries against all of
+    // them) without it, so each step has the same work and runs as its own, smaller kernel.
+    // A step needs the block the previous one received: the steps before the last overlap
+    // the transfers, the last waits for them; in backward the accumulated key/value
+    // gradients then take one more hop home.
+    const double cp = spec_.cp;
+    const Seconds first = ctx_.cm.attention(bh, sq, sq, op.d_qk, op.d_v, causal, bf, ctx_.precision);
+    const Seconds later =
+        causal ? ctx_.cm.attention(bh, sq, 0.5 * sq, op.d_qk, op.d_v, false, bf, ctx_.precision) : first;
+    const Step hop = b.p.steps[static_cast<std::size_t>(ring)];
+    kernel(first + later * (cp - 2), fl * (cp - 1) / cp, lbl);
+    b.join(ring);
+    kernel(later, fl / cp, lbl + ".ring_last");
+    if (backward) {
+      // One step of the ring carries keys/values and their gradients: half of it goes home.
+      Step h = hop;
+      h.duration = hop.duration / static_cast<Tick>(2 * (spec_.cp - 1));
+      h.label = labels_.label(lbl + ".dkv_home");
+      b.chained(h);
+    }
+    return;
+  }
+  kernel(ctx_.cm.attention(bh, sq, skv, op.d_qk, op.d_v, causal, bf, ctx_.precision), fl, lbl);
+  if (spec_.cp > 1 && spec_.cp_all_gather && backward)
+    b.chained(collective(GroupKind::Cp, Collective::ReduceScatter, block * spec_.cp, kCpComm, Stream::Cp,
+                         lbl + ".dkv_reduce_scatter", count));
   b.join(ring);
 }
 
