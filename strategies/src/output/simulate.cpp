@@ -56,6 +56,16 @@ Tick measure_minus(const std::vector<Interval>& a, const std::vector<Interval>& 
   return total;
 }
 
+/// Covered length of `iv` by `others` (merged, sorted); `j` carries the scan position between
+/// calls with non-decreasing starts.
+Tick covered(const std::vector<Interval>& others, std::size_t& j, Interval iv) {
+  while (j < others.size() && others[j].second <= iv.first) ++j;
+  Tick c = 0;
+  for (std::size_t k = j; k < others.size() && others[k].first < iv.second; ++k)
+    c += std::min(iv.second, others[k].second) - std::max(iv.first, others[k].first);
+  return c;
+}
+
 std::vector<Interval> union_of(const std::vector<Interval>& a, const std::vector<Interval>& b) {
   std::vector<Interval> v(a);
   v.insert(v.end(), b.begin(), b.end());
@@ -302,27 +312,18 @@ void slow_overlapped_compute(Simulation& out, const Scenario& s, const CancelFla
           if (out.run.end[t] > out.run.start[t]) comm.emplace_back(out.run.start[t], out.run.end[t]);
       }
       comm = merged(std::move(comm));
+      std::size_t j = 0;  // the compute stream runs in order: one scan of the communication
       for (sim::TaskId t : g.stream_order(r.streams[static_cast<int>(Stream::Compute)])) {
         const Tick d = out.run.end[t] - out.run.start[t];
         if (d <= 0 || base[t] <= 0 || g.category(t) == kLaunch) continue;  // host waits are not kernels
-        const Tick alone = measure_minus({{out.run.start[t], out.run.end[t]}}, comm);
-        const double overlapped = static_cast<double>(d - alone) / static_cast<double>(d);
+        const double overlapped =
+            static_cast<double>(covered(comm, j, {out.run.start[t], out.run.end[t]})) / static_cast<double>(d);
         g.set_duration(t, scale_ticks(base[t], 1.0 + slowdown * overlapped));
       }
     }
     out.run = sim::Engine(g, cancel).run();
     check_run(out.run, s, out.lowered);
   }
-}
-
-/// Covered length of `iv` by `others` (merged, sorted); `j` carries the scan position between
-/// calls with non-decreasing starts.
-Tick covered(const std::vector<Interval>& others, std::size_t& j, Interval iv) {
-  while (j < others.size() && others[j].second <= iv.first) ++j;
-  Tick c = 0;
-  for (std::size_t k = j; k < others.size() && others[k].first < iv.second; ++k)
-    c += std::min(iv.second, others[k].second) - std::max(iv.first, others[k].first);
-  return c;
 }
 
 /// Different collectives running at once through one port share it: a data-parallel
