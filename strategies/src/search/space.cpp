@@ -100,18 +100,18 @@ struct SearchSection {
   ObjectReader& r;
   Diagnostics& diag;
 
-  // An integer axis: "auto" (or absent) -> automatic values, an integer, or a list.
-  [[nodiscard]] std::vector<int> int_axis(ObjectReader::Keys keys, std::vector<int> automatic, int lo, int hi) const {
+  // A numeric axis: absent or "auto" -> automatic values, a value, or a list of values, each
+  // kept when `ok` and otherwise reported as `what`; sorted, without repeats.
+  template <class T, class Ok>
+  [[nodiscard]] std::vector<T> number_axis(ObjectReader::Keys keys, std::vector<T> automatic, Ok&& ok,
+                                           const std::string& what) const {
     const nlohmann::json* v = r.get(keys);
     if (v == nullptr || (v->is_string() && v->get<std::string>() == "auto")) return automatic;
     const std::string ptr = r.child_pointer(r.found_key(keys));
-    std::vector<int> out;
+    std::vector<T> out;
     auto take = [&](const nlohmann::json& x, const std::string& p) {
-      if (!x.is_number_integer() || x.get<long long>() < lo || x.get<long long>() > hi) {
-        diag.error(p, json_brief(x), "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
-        return;
-      }
-      out.push_back(x.get<int>());
+      if (!ok(x)) diag.error(p, json_brief(x), what);
+      else out.push_back(x.get<T>());
     };
     if (v->is_array()) {
       for (std::size_t i = 0; i < v->size(); ++i) take((*v)[i], ptr + "/" + std::to_string(i));
@@ -124,28 +124,18 @@ struct SearchSection {
     return out;
   }
 
-  // A fraction axis: absent -> automatic values, a number in [0, 1], or a list of them.
+  [[nodiscard]] std::vector<int> int_axis(ObjectReader::Keys keys, std::vector<int> automatic, int lo, int hi) const {
+    return number_axis<int>(
+        keys, std::move(automatic),
+        [&](const nlohmann::json& x) { return x.is_number_integer() && x.get<long long>() >= lo && x.get<long long>() <= hi; },
+        "must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+
   [[nodiscard]] std::vector<double> fraction_axis(ObjectReader::Keys keys, std::vector<double> automatic) const {
-    const nlohmann::json* v = r.get(keys);
-    if (v == nullptr) return automatic;
-    const std::string ptr = r.child_pointer(r.found_key(keys));
-    std::vector<double> out;
-    auto take = [&](const nlohmann::json& x, const std::string& p) {
-      if (!x.is_number() || x.get<double>() < 0 || x.get<double>() > 1) {
-        diag.error(p, json_brief(x), "must be a fraction between 0 and 1");
-        return;
-      }
-      out.push_back(x.get<double>());
-    };
-    if (v->is_array()) {
-      for (std::size_t i = 0; i < v->size(); ++i) take((*v)[i], ptr + "/" + std::to_string(i));
-      if (v->empty()) diag.error(ptr, "[]", "must list at least one value");
-    } else {
-      take(*v, ptr);
-    }
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
+    return number_axis<double>(
+        keys, std::move(automatic),
+        [](const nlohmann::json& x) { return x.is_number() && x.get<double>() >= 0 && x.get<double>() <= 1; },
+        "must be a fraction between 0 and 1");
   }
 
   [[nodiscard]] std::vector<bool> bool_axis(ObjectReader::Keys keys, std::vector<bool> automatic) const {
