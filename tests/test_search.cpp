@@ -26,6 +26,14 @@ Scenario small(const std::vector<std::string>& sets = {}) {
   return load_scenario_file(kRoot + "/tests/scenarios/search_small_moe.json", sets);
 }
 
+/// The scenario with a ranked plan pasted back as its "parallelism" section (no search).
+Scenario pasted_back(const nlohmann::json& doc, const RankedPlan& rp) {
+  nlohmann::json back = doc;
+  back["parallelism"] = rp.plan_json;
+  back.erase("search");
+  return load_scenario(back, "t.json", "");
+}
+
 std::vector<std::string> keys(const SearchReport& r, std::size_t n) {
   std::vector<std::string> k;
   for (std::size_t i = 0; i < r.ranked.size() && i < n; ++i) k.push_back(r.ranked[i].key);
@@ -312,10 +320,7 @@ TEST_CASE("search: a pipeline_schedule axis pairs each schedule with its chunk c
     const std::string sched = rp.plan_json.value("pipeline_schedule", std::string("auto"));
     suffixes.insert(sched + (rp.plan.vpp > 1 && !bidirectional(rp.plan.schedule) ? "/vpp2" : "/vpp1"));
     // The plan as JSON pastes back into a scenario and simulates to the same step time.
-    nlohmann::json doc = s.document;
-    doc["parallelism"] = rp.plan_json;
-    doc.erase("search");
-    CHECK(simulate(load_scenario(doc, "t.json", "")).result.step_time_s == Approx(rp.step_time_s).epsilon(1e-9));
+    CHECK(simulate(pasted_back(s.document, rp)).result.step_time_s == Approx(rp.step_time_s).epsilon(1e-9));
   }
   // auto = 1f1b (vpp 1) and interleaved (vpp 2); zb_h1 and dualpipe on vpp 1; zb_v, dualpipev on vpp 2.
   CHECK(suffixes == std::set<std::string>{"auto/vpp1", "auto/vpp2", "zb_h1/vpp1", "zb_v/vpp2", "dualpipev/vpp2",
@@ -362,10 +367,7 @@ TEST_CASE("search: every ranked plan, pasted back as the parallelism section, re
   std::set<std::string> schedules;
   int fb = 0, se = 0;
   for (const auto& rp : r.ranked) {
-    nlohmann::json back = doc;
-    back["parallelism"] = rp.plan_json;
-    back.erase("search");
-    const Scenario b = load_scenario(back, "t.json", "");
+    const Scenario b = pasted_back(doc, rp);
     INFO(rp.key << " " << rp.plan_json.dump());
     CHECK(b.plan.fb_overlap == rp.plan.fb_overlap);  // search axes now, both values by default
     CHECK(b.plan.shared_expert_overlap == rp.plan.shared_expert_overlap);
@@ -526,6 +528,34 @@ class ThreadGather {
 };
 }  // namespace
 
+/// `n` thread-"processes" sharing one search (`file`: their --out, "" for none): each one's
+/// report, or its ConfigError's message.
+std::pair<std::vector<SearchReport>, std::vector<std::string>> shared_search(const Scenario& s, const SearchSpace& space,
+                                                                               int n, const std::string& file,
+                                                                               bool resume) {
+  ThreadGather g(n);
+  std::vector<SearchReport> reps(static_cast<std::size_t>(n));
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      SearchOptions o;
+      o.threads = 1;
+      o.out_file = file;
+      o.resume = resume;
+      o.peers.rank = r;
+      o.peers.size = n;
+      o.peers.allgather = [&g, r](const std::string& mine) { return g.allgather(r, mine); };
+      try {
+        reps[static_cast<std::size_t>(r)] = search(s, space, o);
+      } catch (const ConfigError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  return {reps, errors};
+}
+
 TEST_CASE("search: processes sharing a search rank exactly as one process does", "[search][peers]") {
   const Scenario s = small();
   const SearchSpace space = parse_search_space(s);
@@ -533,59 +563,24 @@ TEST_CASE("search: processes sharing a search rank exactly as one process does",
   one.threads = 1;
   const std::string expected = to_json(search(s, space, one), 100).dump();
   for (int n : {2, 3}) {
-    ThreadGather g(n);
-    std::vector<std::string> got(static_cast<std::size_t>(n));
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < n; ++r)
-      ranks.emplace_back([&, r] {
-        SearchOptions o;
-        o.threads = 1;
-        o.peers.rank = r;
-        o.peers.size = n;
-        o.peers.allgather = [&g, r](const std::string& mine) { return g.allgather(r, mine); };
-        got[static_cast<std::size_t>(r)] = to_json(search(s, space, o), 100).dump();
-      });
-    for (auto& t : ranks) t.join();
+    const auto [reps, errors] = shared_search(s, space, n, "", false);
     for (int r = 0; r < n; ++r) {
-      INFO(n << " processes, rank " << r);
-      CHECK(got[static_cast<std::size_t>(r)] == expected);
+      INFO(n << " processes, rank " << r << " " << errors[static_cast<std::size_t>(r)]);
+      CHECK(to_json(reps[static_cast<std::size_t>(r)], 100).dump() == expected);
     }
   }
   // A results file: the first process writes it; resuming, every process reads it, so nothing
   // is simulated again; a file that may not be replaced stops every process (none waits).
   const std::string file = test_dir("peers_journal") + "/results.jsonl";
-  auto shared = [&](bool resume) {
-    ThreadGather g(2);
-    std::vector<SearchReport> reps(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r)
-      ranks.emplace_back([&, r] {
-        SearchOptions o;
-        o.threads = 1;
-        o.out_file = file;
-        o.resume = resume;
-        o.peers.rank = r;
-        o.peers.size = 2;
-        o.peers.allgather = [&g, r](const std::string& mine) { return g.allgather(r, mine); };
-        try {
-          reps[static_cast<std::size_t>(r)] = search(s, space, o);
-        } catch (const ConfigError& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    for (auto& t : ranks) t.join();
-    return std::pair{reps, errors};
-  };
-  const auto [first, first_errors] = shared(false);
+  const auto [first, first_errors] = shared_search(s, space, 2, file, false);
   CHECK(first_errors[0].empty());
   CHECK(read_lines(file).size() == 1 + first[0].simulated);
-  const auto [again, again_errors] = shared(true);
+  const auto [again, again_errors] = shared_search(s, space, 2, file, true);
   for (int r = 0; r < 2; ++r) {
     CHECK(again[static_cast<std::size_t>(r)].simulated == 0);
     CHECK(to_json(again[static_cast<std::size_t>(r)], 100)["ranked"] == nlohmann::json::parse(expected)["ranked"]);
   }
-  const auto [refused, refused_errors] = shared(false);  // exists, no --resume
+  const auto [refused, refused_errors] = shared_search(s, space, 2, file, false);  // exists, no --resume
   CHECK_THAT(refused_errors[0], Catch::Contains("already exists"));
   CHECK_THAT(refused_errors[1], Catch::Contains("another process of the search failed"));
 }
@@ -602,10 +597,7 @@ TEST_CASE("search: swapping to host memory is an axis when asked for, its plans 
   int swapped = 0;
   for (const auto& rp : r.ranked) {
     if (rp.plan.swap_activations == 0.5 && rp.plan.swap_optimizer) ++swapped;
-    nlohmann::json back = s.document;
-    back["parallelism"] = rp.plan_json;
-    back.erase("search");
-    const Scenario b = load_scenario(back, "t.json", "");
+    const Scenario b = pasted_back(s.document, rp);
     CHECK(b.plan.swap_activations == rp.plan.swap_activations);
     CHECK(b.plan.swap_optimizer == rp.plan.swap_optimizer);
     CHECK(simulate(b).result.step_time_s == rp.step_time_s);
