@@ -138,7 +138,9 @@ std::optional<ModelSearchSpec> parse_model_search(const Scenario& s) {
       spec.fit_key = f.string({"key"}, "");
       const nlohmann::json* tot = f.get({"total_params"});
       const auto t = tot != nullptr ? param_count(*tot) : std::nullopt;
-      if (!t) diag.error(f.child_pointer("total_params"), tot ? json_brief(*tot) : "", "is required: a parameter count (\"718B\")");
+      if (!t)
+        diag.error(f.child_pointer("total_params"), tot ? json_brief(*tot) : "",
+                   tot ? "must be a parameter count (a number, or \"718B\"-style)" : "is required: a parameter count (\"718B\")");
       else spec.fit_total = *t;
       spec.fit_multiple = static_cast<int>(f.integer({"multiple"}, 64, 1, 1 << 20));
       f.finish();
