@@ -225,11 +225,11 @@ std::string format_search_table(const strategies::SearchReport& r, const strateg
     o += "\n";
   }
   if (wall_time)
-    o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {}{} threads), fast simulation of {} {:.2f} s, "
-                     "simulation {:.2f} s\n",
+    o += fmt::format("\n  screening {:.2f} s ({:.0f} plans/s on {}{} threads), pipelines of {} replayed {:.2f} s, "
+                     "fast simulation of {} {:.2f} s, simulation {:.2f} s\n",
                      r.screening_s, r.valid / std::max(1e-9, r.screening_s),
                      r.processes > 1 ? fmt::format("{} processes x ", r.processes) : std::string(), r.threads,
-                     r.refined, r.refine_s, r.simulation_s);
+                     r.replayed, r.replay_s, r.refined, r.refine_s, r.simulation_s);
   return o;
 }
 

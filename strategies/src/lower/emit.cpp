@@ -1,10 +1,12 @@
 #include "emit.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 #include <array>
 #include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 
 #include "layer.hpp"
 #include "moesim/strategies/lower/memory.hpp"
@@ -40,8 +42,17 @@ class Emitter {
     std::vector<int> first_fwd_mb;                    ///< per chunk: micro-batch of the first forward
   };
 
+  /// A pass merged for fast fidelity: its detailed program and where its parts went.
+  struct FastPass {
+    Program detail;
+    Tick compute = 0;                        ///< compute-stream ticks
+    std::array<Tick, kNumCats> comm{};       ///< communication ticks by category
+    std::array<int, kNumCats> hidden{}, exposed{};  ///< merged step of each part
+  };
   void merge_fast_programs();
   void merge_fast(Program& prog, const char* pass, int chunk);
+  static void set_exposure(Program& merged, const FastPass& info, Tick exposed);
+  const std::pair<Program, Program>& fast_pair(const Program& a, const Program& b, bool balance);
   [[nodiscard]] int rank_index(int stage, int pos) const { return stage * per_stage_ + pos; }
   [[nodiscard]] std::size_t slot(int stage, int pos, int mb, int chunk, Phase ph) const {
     return ((((static_cast<std::size_t>(stage) * per_stage_ + pos) * m_ + mb) * vpp_ + chunk) * 3) +
@@ -83,6 +94,8 @@ class Emitter {
   Tick launch_ticks_;
   /// Per program: what its launches add to it timed alone (see host_extra()).
   std::unordered_map<const Program*, Tick> host_extra_;
+  std::unordered_map<const Program*, FastPass> fast_;  ///< fast fidelity: merged pass -> its parts
+  std::map<std::tuple<const Program*, const Program*, bool>, std::pair<Program, Program>> fast_pairs_;
   Tick host_extra(const Program& prog);              ///< cached by program
   Tick host_extra_alone(const Program& prog) const;  ///< computed
   double swap_seconds_ = 0;  ///< seconds per byte of a chunk's activations swapped one way (0: none)
@@ -110,9 +123,12 @@ Emitter::Emitter(const EmitInputs& in, StagePrograms& programs, sim::TaskGraphBu
   grads_done_ = splits_weight_gradients(p_.schedule) ? Phase::WeightGrad : Phase::Backward;
 }
 
-// Fast fidelity: each pass becomes one task per stream (sums of the detailed durations).
-// With host dispatch, what the host thread adds to the pass timed alone becomes one task of
-// its own ahead of the pass's compute (breakdown: host-bound).
+// Fast fidelity: each pass becomes a handful of tasks that reproduce the pass timed alone
+// (time_alone, the screen's number): its compute as one task per category, and its
+// communication split into the part the pass's own compute hides (run beside it) and the part
+// it exposes (after it), in proportion to each category's share. Forward-backward pairs are
+// re-timed from their detailed programs (fast_pair). With host dispatch, what the host thread
+// adds to the pass timed alone is the pass's first task (breakdown: host-bound).
 void Emitter::merge_fast_programs() {
   for (int stage = 0; stage < pp_; ++stage)
     for (int c = 0; c < vpp_; ++c) {
@@ -127,43 +143,134 @@ void Emitter::merge_fast(Program& prog, const char* pass, int c) {
   if (prog.steps.empty()) return;
   // The merged program replaces `prog`: measure it uncached (the cache is keyed by address).
   const Tick host_added = host_extra_alone(prog);
-  Program merged;
-  std::array<Tick, kNumCats> by_cat{};
+  double compute_s = 0;
+  std::array<double, kNumCats> comm_s{};
+  const Tick alone = to_ticks(Seconds{time_alone(prog, 0, in_.scenario.simulation.fused_vector_ops, lay_.ep, compute_s, comm_s)});
+  std::array<Tick, kNumCats> on_compute{}, on_comm{};
   std::array<GroupKind, kNumCats> grp{};
   std::array<Stream, kNumCats> stream{};
-  for (const Step& st : prog.steps) {
-    by_cat[st.cat] = add_ticks(by_cat[st.cat], st.duration);
-    grp[st.cat] = st.group;
-    stream[st.cat] = st.stream;
-  }
   double flops = 0;
-  for (const Step& st : prog.steps) flops += st.flops;
-  int last = -1;
-  if (host_added > 0) {
-    Step st;
-    st.duration = host_added;
-    st.cat = kLaunch;
-    st.stream = Stream::Compute;
-    st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + ".host_bound");
-    merged.steps.push_back(st);
-    last = 0;
+  for (const Step& st : prog.steps) {
+    (st.stream == Stream::Compute ? on_compute : on_comm)[st.cat] =
+        add_ticks((st.stream == Stream::Compute ? on_compute : on_comm)[st.cat], st.duration);
+    if (st.stream != Stream::Compute) {
+      grp[st.cat] = st.group;
+      stream[st.cat] = st.stream;
+    }
+    flops += st.flops;
   }
-  for (int cat = 0; cat < kNumCats; ++cat) {
-    if (by_cat[cat] == 0) continue;
+  Tick compute = 0, comm = 0;
+  for (int k = 0; k < kNumCats; ++k) {
+    compute = add_ticks(compute, on_compute[k]);
+    comm = add_ticks(comm, on_comm[k]);
+  }
+  FastPass info;
+  info.detail = std::move(prog);
+  info.compute = compute;
+  info.comm = on_comm;
+  Program merged;
+  auto add = [&](Tick d, int cat, Stream s, GroupKind g, const char* what, int dep0, int dep1) {
     Step st;
-    st.duration = by_cat[cat];
+    st.duration = d;
     st.cat = static_cast<sim::Category>(cat);
-    st.stream = stream[cat];
-    st.group = grp[cat];
-    st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + "." + category_names()[cat]);
-    st.dep0 = last;
-    st.flops = cat == kCompute ? flops : 0;
+    st.stream = s;
+    st.group = g;
+    st.label = builder_.label(std::string(pass) + ".chunk" + std::to_string(c) + "." + what);
+    st.dep0 = dep0;
+    st.dep1 = dep1;
     merged.steps.push_back(st);
-    last = static_cast<int>(merged.steps.size()) - 1;
+    return static_cast<int>(merged.steps.size()) - 1;
+  };
+  // Entry: the host's share (or nothing), which everything else waits for.
+  const int entry = add(host_added, host_added > 0 ? kLaunch : kCompute, Stream::Compute, GroupKind::None,
+                        host_added > 0 ? "host_bound" : "begin", -1, -1);
+  // The hidden parts come first in program order, so that a pair issues them at its start.
+  int hidden = entry;
+  for (int k = 0; k < kNumCats; ++k)
+    if (on_comm[k] > 0) {
+      info.hidden[k] = add(0, k, stream[k], grp[k], (category_names()[k] + ".hidden").c_str(), hidden, -1);
+      hidden = info.hidden[k];
+    }
+  // Compute: the recomputation first (a backward recomputes before it differentiates), then
+  // one task per item in the order the pass runs them (an item's gradients are ready for their
+  // reduction, or its parameters needed from their gather, at its own task), then what else
+  // runs on the compute stream.
+  int chain = entry;
+  if (on_compute[kRecompute] > 0)
+    chain = add(on_compute[kRecompute], kRecompute, Stream::Compute, GroupKind::None, "recompute", chain, -1);
+  const std::vector<int>& ends = info.detail.item_end;
+  std::vector<int> run_order;  // items with steps, by their last step
+  for (int k = 0; k < static_cast<int>(ends.size()); ++k)
+    if (ends[k] >= 0) run_order.push_back(k);
+  std::sort(run_order.begin(), run_order.end(), [&](int x, int y) { return ends[x] < ends[y]; });
+  std::vector<Tick> item_compute(run_order.size(), 0);
+  std::vector<double> item_flops(run_order.size(), 0.0);
+  for (std::size_t i = 0, r = 0; i < info.detail.steps.size(); ++i) {
+    while (r + 1 < run_order.size() && static_cast<int>(i) > ends[run_order[r]]) ++r;
+    const Step& st = info.detail.steps[i];
+    if (run_order.empty() || st.stream != Stream::Compute || st.cat != kCompute) continue;
+    item_compute[r] = add_ticks(item_compute[r], st.duration);
+    item_flops[r] += st.flops;
   }
-  merged.chain_end = last;
-  merged.item_end.assign(prog.item_end.size(), last);
+  merged.item_end.assign(ends.size(), -1);
+  for (std::size_t r = 0; r < run_order.size(); ++r) {
+    chain = add(item_compute[r], kCompute, Stream::Compute, GroupKind::None, "compute", chain, -1);
+    merged.steps[chain].flops = item_flops[r];
+    merged.item_end[run_order[r]] = chain;
+  }
+  if (run_order.empty() && on_compute[kCompute] > 0) {
+    chain = add(on_compute[kCompute], kCompute, Stream::Compute, GroupKind::None, "compute", chain, -1);
+    merged.steps[chain].flops = flops;
+  }
+  for (int k = 0; k < kNumCats; ++k)
+    if (k != kCompute && k != kRecompute && on_compute[k] > 0)
+      chain = add(on_compute[k], k, Stream::Compute, GroupKind::None, category_names()[k].c_str(), chain, -1);
+  for (int k = 0; k < kNumCats; ++k)
+    if (on_comm[k] > 0) {
+      info.exposed[k] = add(0, k, stream[k], grp[k], category_names()[k].c_str(), chain, -1);
+      chain = info.exposed[k];
+    }
+  merged.chain_end = add(0, kCompute, Stream::Compute, GroupKind::None, "end", chain, hidden);
+  // The pass alone: what its compute does not cover of `alone` is exposed.
+  set_exposure(merged, info, std::clamp<Tick>(alone - compute, 0, comm));
   prog = std::move(merged);
+  fast_.emplace(&prog, std::move(info));
+}
+
+// Splits each communication category of a merged pass into exposed (x of the pass's total, in
+// proportion) and hidden parts.
+void Emitter::set_exposure(Program& merged, const FastPass& info, Tick x) {
+  Tick total = 0;
+  for (Tick t : info.comm) total = add_ticks(total, t);
+  const Tick want = std::clamp<Tick>(x, 0, total);
+  Tick left = want;
+  int last = -1;
+  for (int k = 0; k < kNumCats; ++k)
+    if (info.comm[k] > 0) last = k;
+  for (int k = 0; k < kNumCats; ++k) {
+    if (info.comm[k] <= 0) continue;
+    const double share = static_cast<double>(want) * static_cast<double>(info.comm[k]) / static_cast<double>(total);
+    const Tick e = std::min(info.comm[k], k == last ? left : std::min<Tick>(left, static_cast<Tick>(std::llround(share))));
+    left -= e;
+    merged.steps[info.exposed[k]].duration = e;
+    merged.steps[info.hidden[k]].duration = info.comm[k] - e;
+  }
+}
+
+// A forward-backward pair at fast fidelity: the pair's detailed programs co-scheduled (as the
+// screen and the detailed fidelities issue them) give its length; the merged backward hides all
+// its communication and the forward exposes what the two computes do not cover.
+const std::pair<Program, Program>& Emitter::fast_pair(const Program& a, const Program& b, bool balance) {
+  const auto key = std::make_tuple(&a, &b, balance);
+  auto it = fast_pairs_.find(key);
+  if (it != fast_pairs_.end()) return it->second;
+  const FastPass& ia = fast_.at(&a);
+  const FastPass& ib = fast_.at(&b);
+  const Tick pair = co_schedule(ia.detail, ib.detail, balance, [](bool, std::size_t) {});
+  Program pa = a, pb = b;
+  set_exposure(pa, ia, 0);
+  set_exposure(pb, ib, std::max<Tick>(0, pair - ia.compute - ib.compute));
+  return fast_pairs_.emplace(key, std::make_pair(std::move(pa), std::move(pb))).first->second;
 }
 
 bool Emitter::group_simulated(GroupKind g, int local) const {
@@ -284,6 +391,13 @@ void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::Task
                                std::vector<sim::TaskId>& out_b, int stage, bool balance) {
   out_a.assign(a.steps.size() * per_stage_, sim::kNoTask);
   out_b.assign(b.steps.size() * per_stage_, sim::kNoTask);
+  if (!fast_.empty()) {  // fast fidelity: the same steps, re-timed for the pair
+    const auto& [fa, fb] = fast_pair(a, b, balance);
+    (void)co_schedule(fa, fb, balance, [&](bool from_a, std::size_t k) {
+      instantiate_step(from_a ? fa : fb, k, stage, from_a ? mb_a : mb_b, from_a ? out_a : out_b);
+    });
+    return;
+  }
   // Balancing (`balance`) measured: it makes DualPipeV's 718B step 11.00 -> 10.66 s but the
   // small two-stage fb-overlap test 0.055 -> 0.068 s, so moe_fb_overlap in 1F1B does not.
   (void)co_schedule(a, b, balance, [&](bool from_a, std::size_t k) {

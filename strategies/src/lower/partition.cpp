@@ -36,31 +36,37 @@ std::vector<int> even_partition(const Plan& p, int L, int V) {
   return counts;
 }
 
-/// auto: balance the *stages* (a stage runs all its chunks for every micro-batch), not the
-/// virtual stages. Start from a water-filling by average layer cost that leaves room for the
-/// embedding on stage 0 and the head (and MTP) on the last stage, then move single layers
-/// between virtual stages while the most loaded stage gets lighter (ties: smaller sum of
-/// squares).
+/// auto: balance the *devices* (a device runs all its chunks for every micro-batch; under
+/// DualPipe it holds pipeline position s and its mirror p - 1 - s), not the virtual stages.
+/// Start from a water-filling by average layer cost that leaves room for the embedding on the
+/// first position and the head (and MTP) on the last, then move single layers between virtual
+/// stages while the most loaded device gets lighter (ties: smaller sum of squared
+/// virtual-stage loads, which keeps a device's chunks even, as the interleaved schedule needs).
+/// A move's score is O(V) from prefix sums of the layer costs.
 std::vector<int> auto_partition(const Plan& p, const std::vector<double>& cost, double first_extra, double last_extra,
                                 bool refine, int V, int chunks) {
   const int L = static_cast<int>(cost.size());
   std::vector<int> counts(V, 0);
   const int pp = p.pp;
-  // Score: (most loaded stage, sum of squared virtual-stage loads) — the second term keeps the
-  // chunks of a stage even, which the interleaved schedule needs.
+  const bool mirrored = bidirectional(p.schedule);  // V == pp positions, each on two devices
+  std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
+  for (int k = 0; k < L; ++k) prefix[k + 1] = prefix[k] + cost[k];
+  std::vector<double> load(pp, 0.0);
   auto score = [&](const std::vector<int>& n) {
-    std::vector<double> load(pp, 0.0);
+    std::fill(load.begin(), load.end(), 0.0);
     double sq = 0;
     int layer = 0;
     for (int v = 0; v < V; ++v) {
-      double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0);
-      for (int k = 0; k < n[v]; ++k) l += cost[layer++];
-      load[stage_of_virtual(p.schedule, pp, v)] += l;
+      const double l = (v == 0 ? first_extra : 0.0) + (v == V - 1 ? last_extra : 0.0) + prefix[layer + n[v]] - prefix[layer];
+      layer += n[v];
+      const int st = stage_of_virtual(p.schedule, pp, v);
+      load[st] += l;
+      if (mirrored && pp - 1 - st != st) load[pp - 1 - st] += l;
       sq += l * l;
     }
     return std::pair{*std::max_element(load.begin(), load.end()), sq};
   };
-  const double avg = L > 0 ? std::accumulate(cost.begin(), cost.end(), 0.0) / L : 1.0;
+  const double avg = L > 0 ? prefix[L] / L : 1.0;
   {
     // Water-filling on stages, then spread each stage's layers over its chunks.
     std::vector<double> extra(pp, 0.0);

@@ -17,6 +17,7 @@
 #include "lower/partition.hpp"
 #include "lower/program.hpp"
 #include "moesim/strategies/lower/memory.hpp"
+#include "replay.hpp"
 
 namespace moesim::strategies {
 
@@ -57,11 +58,21 @@ struct ItemCost {
 
 /// Per stage, one micro-batch through all its chunks.
 struct StageSums {
+  /// Per (stage * vpp + chunk): forward, whole backward, its weight gradients, F&B pair,
+  /// dense and expert parameters, items.
+  std::vector<double> cf, cb, cw, cpair, cpd, cpe, citems;
   std::vector<double> F, B, pair, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
   double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
   std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
-  explicit StageSums(int pp)
-      : F(pp, 0.0), B(pp, 0.0), pair(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
+  StageSums(int pp, int vpp)
+      : cf(static_cast<std::size_t>(pp) * vpp, 0.0),
+        cb(cf),
+        cw(cf),
+        cpair(cf),
+        cpd(cf),
+        cpe(cf),
+        citems(cf),
+        F(pp, 0.0), B(pp, 0.0), pair(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
         transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0), item_params_max(pp, 0.0) {}
 };
 
@@ -100,7 +111,8 @@ class Screen {
     net_.set_stage(0);
     group_ = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_num_layers) : 1;
   }
-  PlanEstimate run();
+  PlanEstimate run(bool replay);
+  search_detail::ReplayResult replayed(const StageSums& ss, double p2p, const std::vector<double>& forward_ready) const;
 
  private:
   const ItemCost& cost_of(int item_idx, bool full);
@@ -108,6 +120,9 @@ class Screen {
   StageSums stage_sums(const std::vector<int>& counts);
   double peak_memory(const StageSums& ss) const;
   double dp_exposed(const StageSums& ss) const;
+  double dp_coll(GroupKind g, Collective c, double params, double bytes_per_param) const;
+  /// The replayed pipeline's span and the data-parallel traffic it leaves exposed, or nothing.
+  bool replay_step(const StageSums& ss, double p2p, double& pipe, double& dp) const;
   void bottleneck(PlanEstimate& e, const StageSums& ss) const;
 
   const Scenario& s_;
@@ -120,6 +135,7 @@ class Screen {
   StageNetwork net_;
   LayerBuilder layers_;
   int group_ = 1;
+  bool refine_ = false;  ///< the lowering's refined partition (the replay), not the water-filling start
 };
 
 const ItemCost& Screen::cost_of(int item_idx, bool full) {
@@ -135,9 +151,16 @@ const ItemCost& Screen::cost_of(int item_idx, bool full) {
   c.bwd_s = lowering::time_alone(ip.bwd, launch, fused, lay_.ep, c.bwd_compute_s, c.comm_s);
   for (const Step& st : ip.bwd.steps)
     if (st.wgrad) c.wgrad_s += to_seconds(st.duration).value();
+  // A pair's programs co-scheduled on the device, plus what host dispatch adds to each pass
+  // alone (the host issues both passes' kernels; the simulation adds it the same way).
+  double unused = 0;
+  std::array<double, kNumCats> unused_comm{};
+  const double host = launch > 0 ? (c.fwd_s - lowering::time_alone(ip.fwd, 0, fused, lay_.ep, unused, unused_comm)) +
+                                       (c.bwd_s - lowering::time_alone(ip.bwd, 0, fused, lay_.ep, unused, unused_comm))
+                                 : 0.0;
   auto none = [](bool, std::size_t) {};
-  c.pair_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, false, none)).value();
-  c.pair_balanced_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, true, none)).value();
+  c.pair_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, false, none)).value() + host;
+  c.pair_balanced_s = to_seconds(lowering::co_schedule(ip.bwd, ip.fwd, true, none)).value() + host;
   c.act_bytes = ip.act_bytes;
   c.transient = ip.transient;
   c.params_dense = ip.params_dense;
@@ -156,16 +179,17 @@ std::vector<int> Screen::partition() {
     else if (item.kind == models::ItemKind::Embedding) first_extra += c.fwd_s + c.bwd_s;
     else last_extra += c.fwd_s + c.bwd_s;
   }
-  return lowering::partition_layers(p_, layer_cost, first_extra, last_extra, false);
+  return lowering::partition_layers(p_, layer_cost, first_extra, last_extra, refine_);
 }
 
 StageSums Screen::stage_sums(const std::vector<int>& counts) {
   const int pp = p_.pp, V = p_.virtual_stages();
   const bool full_all = p_.recompute == Recompute::Full && p_.recompute_method == RecomputeMethod::Uniform;
-  StageSums ss(pp);
+  StageSums ss(pp, p_.vpp);
   const std::vector<std::vector<int>> vs_items = lowering::virtual_stage_items(p_, counts, w_.items.size());
   for (int v = 0; v < V; ++v) {
     const int st = stage_of_virtual(p_.schedule, pp, v);
+    const std::size_t sc = static_cast<std::size_t>(st) * p_.vpp + chunk_of_virtual(p_.schedule, pp, v);
     double act = 0;
     int pos = 0;
     for (int idx : vs_items[v]) {
@@ -176,6 +200,13 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
       ss.F[st] += c.fwd_s;
       ss.B[st] += c.bwd_s;
       ss.pair[st] += pairs_forward_backward(p_.schedule) ? c.pair_balanced_s : c.pair_s;
+      ss.cf[sc] += c.fwd_s;
+      ss.cb[sc] += c.bwd_s;
+      ss.cw[sc] += c.wgrad_s;
+      ss.cpd[sc] += c.params_dense;
+      ss.cpe[sc] += c.params_expert;
+      ss.citems[sc] += 1;
+      ss.cpair[sc] += pairs_forward_backward(p_.schedule) ? c.pair_balanced_s : c.pair_s;
       ss.compute[st] += c.fwd_compute_s + c.bwd_compute_s;
       ss.wgrad[st] += c.wgrad_s;
       act += c.act_bytes;
@@ -216,16 +247,21 @@ double Screen::peak_memory(const StageSums& ss) const {
 }
 
 /// Data-parallel traffic and how much of it the last backward / first forward hides.
+/// One data-parallel collective over `params` parameters in gradient buckets (seconds).
+double Screen::dp_coll(GroupKind g, Collective c, double params, double bytes_per_param) const {
+  const topologies::GroupShape& sh = net_.shape(g);
+  const double bytes = params * bytes_per_param;
+  if (sh.size <= 1 || bytes <= 0) return 0.0;
+  const double buckets = std::max(1.0, std::ceil(params / kGradientBucketParams));
+  const topologies::GroupPlacement where{&sh, {}, {}, {}};
+  return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
+}
+
 double Screen::dp_exposed(const StageSums& ss) const {
   const double gb = grad_bytes_per_param(p_);
   const double pgb = param_gather_bytes_per_param(p_);
   auto coll = [&](GroupKind g, Collective c, double params, double bytes_per_param) {
-    const topologies::GroupShape& sh = net_.shape(g);
-    const double bytes = params * bytes_per_param;
-    if (sh.size <= 1 || bytes <= 0) return 0.0;
-    const double buckets = std::max(1.0, std::ceil(params / kGradientBucketParams));
-    const topologies::GroupPlacement where{&sh, {}, {}, {}};
-    return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
+    return dp_coll(g, c, params, bytes_per_param);
   };
   const Collective red = p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce;
   double exposed = 0;
@@ -273,7 +309,93 @@ void Screen::bottleneck(PlanEstimate& e, const StageSums& ss) const {
   consider(e.dp_exposed_s, "dp_comm");
 }
 
-PlanEstimate Screen::run() {
+/// The pipeline replayed pass by pass (replay.hpp) with this plan's per-chunk costs; the
+/// schedule's orders come from the generator the simulation uses.
+search_detail::ReplayResult Screen::replayed(const StageSums& ss, double p2p,
+                                             const std::vector<double>& forward_ready) const {
+  search_detail::PipelineReplay r;
+  r.kind = p_.schedule;
+  r.pp = p_.pp;
+  r.vpp = p_.vpp;
+  r.m = p_.num_microbatches;
+  r.fb_overlap = p_.fb_overlap;
+  r.p2p = p2p;
+  r.forward_ready = forward_ready;
+  const bool split = splits_weight_gradients(p_.schedule);
+  const std::size_t n = ss.cf.size();
+  r.f = ss.cf;
+  r.b_whole = ss.cb;
+  r.w = ss.cw;
+  r.b.resize(n);
+  r.pair_saving.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    r.b[i] = split ? std::max(0.0, ss.cb[i] - ss.cw[i]) : ss.cb[i];
+    r.pair_saving[i] = std::max(0.0, ss.cf[i] + ss.cb[i] - ss.cpair[i]);
+  }
+  StageCosts costs;
+  if (schedule_traits(p_.schedule).follows_costs) {
+    costs.assign(static_cast<std::size_t>(p_.pp), std::vector<PassCosts>(static_cast<std::size_t>(p_.vpp)));
+    auto ns = [](double s) { return static_cast<long long>(std::llround(s * 1e9)); };
+    for (int st = 0; st < p_.pp; ++st)
+      for (int c = 0; c < p_.vpp; ++c) {
+        const std::size_t i = static_cast<std::size_t>(st) * p_.vpp + c;
+        costs[st][c] = PassCosts{ns(r.f[i]), ns(r.b[i]), ns(r.w[i])};
+      }
+  }
+  return search_detail::replay_pipeline(r, make_schedule(p_.schedule, p_.pp, p_.vpp, p_.num_microbatches, costs));
+}
+
+/// With overlapped gradient reduction and parameter gathers (Megatron's distributed optimizer):
+/// each chunk's gathers run in chunk order on the stage's data-parallel stream from the step's
+/// start, and its first forward waits for them (less what its items before the last overlap);
+/// each chunk's reduction starts when its gradients are complete, on the same stream, in the
+/// order they complete. What outlasts the pipeline is exposed. Other data-parallel modes keep
+/// the closed form.
+bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& dp) const {
+  const bool overlapped = p_.dp_sharding != DpSharding::Full && p_.overlap_grad_reduce;
+  const int pp = p_.pp, vpp = p_.vpp;
+  const std::size_t n = static_cast<std::size_t>(pp) * vpp;
+  const double gb = grad_bytes_per_param(p_), pgb = param_gather_bytes_per_param(p_);
+  const Collective red = p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce;
+  std::vector<double> ready, gather_end(pp, 0.0);
+  if (overlapped && p_.distributed_optimizer && p_.overlap_param_gather) {
+    ready.assign(n, 0.0);
+    for (int st = 0; st < pp; ++st)
+      for (int c = 0; c < vpp; ++c) {
+        const std::size_t i = static_cast<std::size_t>(st) * vpp + c;
+        gather_end[st] += dp_coll(GroupKind::Dp, Collective::AllGather, ss.cpd[i], pgb) +
+                          dp_coll(GroupKind::Edp, Collective::AllGather, ss.cpe[i], pgb);
+        const double items = std::max(1.0, ss.citems[i]);
+        ready[i] = std::max(0.0, gather_end[st] - ss.cf[i] * (1.0 - 1.0 / items));
+      }
+  }
+  const search_detail::ReplayResult rr = replayed(ss, p2p, ready);
+  if (rr.span <= 0) return false;
+  pipe = rr.span;
+  if (!overlapped) return true;
+  double end = rr.span;
+  std::vector<std::size_t> order(static_cast<std::size_t>(vpp));
+  for (int st = 0; st < pp; ++st) {
+    for (int c = 0; c < vpp; ++c) order[c] = static_cast<std::size_t>(st) * vpp + c;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rr.grads_done[a] < rr.grads_done[b]; });
+    double t = gather_end[st];
+    for (std::size_t i : order)
+      t = std::max(t, rr.grads_done[i]) + dp_coll(GroupKind::Dp, red, ss.cpd[i], gb) + dp_coll(GroupKind::Edp, red, ss.cpe[i], gb);
+    end = std::max(end, std::max(rr.stage_end[st], t));
+  }
+  dp = end - rr.span;
+  if (p_.distributed_optimizer && !p_.overlap_param_gather) {  // gathered after the optimizer step
+    double ag = 0;
+    for (int st = 0; st < pp; ++st)
+      ag = std::max(ag, dp_coll(GroupKind::Dp, Collective::AllGather, ss.params_dense[st], pgb) +
+                            dp_coll(GroupKind::Edp, Collective::AllGather, ss.params_expert[st], pgb));
+    dp += ag;
+  }
+  return true;
+}
+
+PlanEstimate Screen::run(bool replay) {
+  refine_ = replay;
   PlanEstimate e;
   const int m = p_.num_microbatches, pp = p_.pp;
   const StageSums ss = stage_sums(partition());
@@ -318,9 +440,9 @@ PlanEstimate Screen::run() {
   // micro-batch).
   const double pairs = sched.pairs_forward_backward || p_.fb_overlap ? std::max(0, m - pp) : 0;
   const double t_steady = half * (pairs * pc.pair + (m - pairs) * pc.t_max) / std::max(1, m);
-  const double pipe = m * t_steady + sched.fill(pc) + 2.0 * (pp - 1) * p2p;
-
+  double pipe = m * t_steady + sched.fill(pc) + 2.0 * (pp - 1) * p2p;
   e.dp_exposed_s = dp_exposed(ss);
+  e.replayed = replay && replay_step(ss, p2p, pipe, e.dp_exposed_s);
   const double shard = optimizer_shard_params(p_, lay_.edp, ss.params_dense[slow], ss.params_expert[slow]);
   const double opt = cache_.cm.memory_bound(Bytes{optimizer_step_bytes_per_param(p_) * shard}).value();
   e.step_s = pipe + e.dp_exposed_s + opt;
@@ -331,7 +453,7 @@ PlanEstimate Screen::run() {
   const double frac_comm = per_mb > 0 ? ss.comm_total / per_mb : 0.0;
   e.compute_s = m * half * pc.t_max * (1.0 - frac_comm);
   e.exposed_comm_s = std::max(0.0, m * t_steady - e.compute_s);
-  e.bubble_s = pipe - m * t_steady;
+  e.bubble_s = std::max(0.0, pipe - m * t_steady);
   bottleneck(e, ss);
   return e;
 }
@@ -343,6 +465,8 @@ Estimator::Estimator(const Scenario& base, const topologies::Topology& topo, con
 
 Estimator::~Estimator() = default;
 
-PlanEstimate Estimator::estimate(const Plan& plan) { return Screen(base_, plan, topo_, w_, *cache_).run(); }
+PlanEstimate Estimator::estimate(const Plan& plan, bool replay) {
+  return Screen(base_, plan, topo_, w_, *cache_).run(replay);
+}
 
 }  // namespace moesim::strategies

@@ -46,6 +46,7 @@ nlohmann::json SearchSpace::to_json() const {
   j["pipeline_schedule"] = sched;
   j["objective"] = objective_name(objective);
   j["top_k"] = top_k;
+  j["replay_k"] = replay_k;
   j["refine_k"] = refine_k;
   j["fidelity"] = fidelity_name(fidelity);
   return j;
@@ -326,6 +327,7 @@ void parse_objective(const SearchSection& sec, SearchSpace& sp) {
   if ((sp.objective == Objective::TimeToTrain || sp.objective == Objective::Cost) && sp.train_tokens <= 0)
     diag.error(r.child_pointer("train_tokens"), "", std::string("is required for the ") + obj + " objective (e.g. \"10T\")");
   sp.top_k = static_cast<int>(r.integer({"top_k"}, 16, 1, 100000));
+  sp.replay_k = static_cast<int>(r.integer({"replay_k"}, 4096, 0, 100000000));
   sp.refine_k = static_cast<int>(r.integer({"refine_k"}, 96, 0, 1000000));
   sp.fidelity = *parse_fidelity(r.string({"fidelity"}, "balanced", {"fast", "balanced", "full"}));
   sp.max_plans = r.number({"max_plans"}, 20e6, 1, 1e12);

@@ -30,6 +30,7 @@ struct PlanEstimate {
   double bubble_s = 0;
   double dp_exposed_s = 0;
   const char* bottleneck = "compute";  ///< the largest non-compute part, or "compute"
+  bool replayed = false;         ///< the pipeline replayed pass by pass, not the closed form
 };
 
 struct EstimatorCache;  ///< shapes and per-layer costs shared by the plans one thread screens
@@ -40,8 +41,11 @@ class Estimator {
   ~Estimator();
   Estimator(const Estimator&) = delete;
   Estimator& operator=(const Estimator&) = delete;
-  /// `plan` must be valid for the scenario (validate_plan or plan_is_valid).
-  PlanEstimate estimate(const Plan& plan);
+  /// `plan` must be valid for the scenario (validate_plan or plan_is_valid). `replay`: the
+  /// pipeline replayed pass by pass through the schedule's orders (per-chunk costs, the
+  /// emitter's forward-backward pairs; ~50x the closed form's cost) instead of the closed-form
+  /// fill and drain.
+  PlanEstimate estimate(const Plan& plan, bool replay = false);
 
  private:
   const Scenario& base_;

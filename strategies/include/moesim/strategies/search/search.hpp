@@ -56,6 +56,10 @@ struct SearchSpace {
   Objective objective = Objective::TokensPerSecond;
   double train_tokens = 0;        ///< for time_to_train / cost (0: not given)
   int top_k = 16;
+  /// Multi-fidelity: the screen's best `replay_k` plans are estimated again with their pipeline
+  /// replayed pass by pass (per-chunk costs, the schedule's generated orders, the emitter's
+  /// forward-backward pairs) instead of the closed-form fill and drain, and re-ordered. 0: none.
+  int replay_k = 4096;
   /// Multi-fidelity: the screen's best `refine_k` plans are event-simulated at fast fidelity
   /// (one task per pass) and re-ordered by that before the top_k are simulated at `fidelity`.
   /// 0: no refinement (also when `fidelity` is fast).
@@ -133,6 +137,8 @@ struct SearchReport {
   std::size_t refined = 0;
   double fast_vs_final_correlation = std::numeric_limits<double>::quiet_NaN();
   double refine_s = 0;
+  std::size_t replayed = 0;  ///< plans whose pipeline the screen replayed
+  double replay_s = 0;
   const char* fidelity_name = "balanced";  ///< of the final simulation
   int threads = 1;
   int processes = 1;  ///< SearchPeers sharing it
