@@ -262,6 +262,18 @@ TEST_CASE("screen replay: forward-backward pairs take the emitter's places and t
   CHECK(paired >= 16 * (3.0 - 1.0));  // each device: 16 micro-batch-chunks of F + B, at most 1 saved per pair
 }
 
+TEST_CASE("screen replay: a backward waits for its swapped activations to come back", "[house][replay]") {
+  // One stage, 2 micro-batches, F = B = 1, each swap-in 0.5 from its forward's end: F0 [0, 1],
+  // copy [1, 1.5], B0 [1.5, 2.5], F1 [2.5, 3.5], copy [3.5, 4], B1 [4, 5].
+  auto r = uniform_replay(ScheduleKind::OneFOneB, 1, 1, 2, 1.0, 1.0);
+  CHECK(search_detail::replay_pipeline(r, make_schedule(r.kind, 1, 1, 2)).span == Approx(4.0));
+  r.swap_in.assign(1, 0.5);
+  const auto res = search_detail::replay_pipeline(r, make_schedule(r.kind, 1, 1, 2));
+  CHECK(res.span == Approx(5.0));
+  CHECK(res.host_in_free[0] == Approx(4.0));
+  CHECK(res.last_forward[0] == Approx(3.5));
+}
+
 TEST_CASE("screen replay: orders that wait on each other are reported, not looped on", "[house][replay]") {
   auto r = uniform_replay(ScheduleKind::OneFOneB, 2, 1, 1, 1.0, 1.0);
   std::vector<StageOrder> orders(2);

@@ -15,6 +15,8 @@
 #include "moesim/strategies/search/journal.hpp"
 #include "moesim/strategies/search/model_search.hpp"
 #include "moesim/models/presets.hpp"
+#include "moesim/strategies/output/simulate.hpp"
+#include "moesim/strategies/search/screen.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -624,4 +626,47 @@ TEST_CASE("search: swapping to host memory is an axis when asked for, its plans 
   } catch (const ConfigError& e) {
     CHECK(e.diagnostics()[0].pointer == "/search/swap_activations/1");
   }
+}
+
+TEST_CASE("search: by default a plan over memory gets the least swapping that fits, charged and simulated",
+          "[search][swap]") {
+  // The 718B at TP8 PP2 VPP4 EP16x8 with two sequences per micro-batch is over the 910B's 64 GB
+  // without swapping; a quarter of the activations in host memory is the least that fits.
+  std::ifstream in(kRoot + "/scenarios/pangu-ultra-moe-718b.json");
+  nlohmann::json doc = nlohmann::json::parse(in);
+  nlohmann::json& par = doc["parallelism"];
+  par.erase("recompute_modules");
+  par["recompute_granularity"] = "none";
+  par["pipeline_model_parallel_size"] = 2;
+  par["virtual_pipeline_model_parallel_size"] = 4;
+  par["expert_model_parallel_size"] = 16;
+  par["micro_batch_size"] = 2;
+  par["moe_fb_overlap"] = true;
+  par["moe_shared_expert_overlap"] = true;
+  const Scenario s = load_scenario(doc, "718b.json", "");
+  CHECK(parse_search_space(s).swap_auto);  // the 910B has a host link, the axes are not listed
+  const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
+  const topologies::Topology topo = topologies::build_topology(s.cluster);
+  Estimator est(s, topo, w);
+  const PlanEstimate plain = est.estimate(s.plan);
+  REQUIRE_FALSE(plain.fits);
+  const PlanEstimate least = est.estimate(s.plan, false, true);
+  REQUIRE(least.fits);
+  CHECK(least.swap_activations == 0.25);
+  CHECK_FALSE(least.swap_optimizer);
+  CHECK(least.step_s > plain.step_s);  // the copies back from host memory cost time
+  // The simulation agrees: over memory without, within it with the quarter swapped, and the
+  // copies show in its breakdown.
+  Scenario swapped = s;
+  swapped.plan.swap_activations = 0.25;
+  const Simulation sim = simulate(swapped);
+  CHECK(sim.result.feasible);
+  CHECK(sim.result.breakdown.swap_s > 0);
+  CHECK(least.step_s == Approx(sim.result.step_time_s).epsilon(0.10));
+  CHECK_FALSE(simulate(s).result.feasible);
+  // A plan that fits swaps nothing; a device without a host link, or listed axes, turn it off.
+  const Scenario fits = load_scenario_file(kRoot + "/scenarios/pangu-ultra-moe-718b.json", {});
+  const PlanEstimate none = est.estimate(fits.plan, false, true);
+  CHECK(none.swap_activations == 0);
+  CHECK_FALSE(parse_search_space(small({"search.swap_activations=[0, 0.5]"})).swap_auto);
 }

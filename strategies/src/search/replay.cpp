@@ -10,7 +10,8 @@ class Replay {
  public:
   Replay(const PipelineReplay& r, const std::vector<StageOrder>& orders)
       : r_(r), orders_(orders), V_(virtual_count(r)), next_(r.pp, 0), free_(r.pp, 0.0), queued_(r.pp, 1),
-        end_f_(slots(), -1.0), end_b_(slots(), -1.0), end_w_(slots(), -1.0) {}
+        end_f_(slots(), -1.0), end_b_(slots(), -1.0), end_w_(slots(), -1.0), host_in_(r.pp, 0.0),
+        last_fwd_(r.pp, 0.0), swapped_(r.swap_in.empty() ? 0 : slots(), 0.0) {}
 
   ReplayResult run() {
     std::vector<int> work(r_.pp);
@@ -26,6 +27,8 @@ class Replay {
       if (next_[s] < orders_[s].size()) return res;  // the orders wait on each other
     res.span = 0;
     res.stage_end = free_;
+    res.host_in_free = host_in_;
+    res.last_forward = last_fwd_;
     for (double e : free_) res.span = std::max(res.span, e);
     res.grads_done.assign(static_cast<std::size_t>(r_.pp) * r_.vpp, 0.0);
     const std::vector<double>& done = splits_weight_gradients(r_.kind) ? end_w_ : end_b_;
@@ -61,6 +64,7 @@ class Replay {
     if (!fwd) {
       t = end_f_[at(op.microbatch, v)];
       if (t < 0) return -1.0;
+      if (!swapped_.empty()) t = std::max(t, swapped_[at(op.microbatch, v)]);
     }
     const int u = upstream(v, fwd);
     if (u < 0) return t;
@@ -70,6 +74,13 @@ class Replay {
   }
   void finish(int stage, const PipeOp& op, double end, std::vector<int>& work) {
     const int v = virtual_stage(r_.kind, r_.pp, stage, op.chunk);
+    if (op.phase == Phase::Forward) {
+      last_fwd_[stage] = std::max(last_fwd_[stage], end);
+      if (!swapped_.empty()) {  // the swap-in queues behind the stage's earlier ones
+        host_in_[stage] = std::max(host_in_[stage], end) + r_.swap_in[cost_index(stage, op.chunk)];
+        swapped_[at(op.microbatch, v)] = host_in_[stage];
+      }
+    }
     (op.phase == Phase::Forward ? end_f_ : op.phase == Phase::Backward ? end_b_ : end_w_)[at(op.microbatch, v)] = end;
     for (int u : {v - 1, v + 1})
       if (u >= 0 && u < V_) wake(stage_of(u), work);
@@ -130,6 +141,8 @@ class Replay {
   std::vector<double> free_;
   std::vector<char> queued_;
   std::vector<double> end_f_, end_b_, end_w_;
+  std::vector<double> host_in_, last_fwd_;  ///< per stage
+  std::vector<double> swapped_;             ///< per (micro-batch, virtual stage): its swap-in done
 };
 
 }  // namespace

@@ -31,12 +31,18 @@ struct PipelineReplay {
   /// Per (stage * vpp + chunk), optional: no forward of the chunk starts before this (its
   /// parameters gathered).
   std::vector<double> forward_ready;
+  /// Per (stage * vpp + chunk), optional: copying a micro-batch's swapped activations back
+  /// from host memory, on the stage's one host-to-device stream, from its forward's end; its
+  /// backward waits for it.
+  std::vector<double> swap_in;
 };
 
 struct ReplayResult {
   double span = -1;                ///< first forward to last pass; < 0: the orders wait on each other
   std::vector<double> stage_end;   ///< per stage: its last pass's end
   std::vector<double> grads_done;  ///< per (stage * vpp + chunk): its gradients complete (last B, or W)
+  std::vector<double> host_in_free;  ///< per stage: its host-to-device stream done with the swap-ins
+  std::vector<double> last_forward;  ///< per stage: its last forward's end
 };
 
 /// The pipeline replayed (see above).

@@ -59,8 +59,8 @@ struct ItemCost {
 /// Per stage, one micro-batch through all its chunks.
 struct StageSums {
   /// Per (stage * vpp + chunk): forward, whole backward, its weight gradients, F&B pair,
-  /// dense and expert parameters, items.
-  std::vector<double> cf, cb, cw, cpair, cpd, cpe, citems;
+  /// dense and expert parameters, items, saved activations (one micro-batch).
+  std::vector<double> cf, cb, cw, cpair, cpd, cpe, citems, cact;
   std::vector<double> F, B, pair, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
   double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
   std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
@@ -72,6 +72,7 @@ struct StageSums {
         cpd(cf),
         cpe(cf),
         citems(cf),
+        cact(cf),
         F(pp, 0.0), B(pp, 0.0), pair(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
         transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0), item_params_max(pp, 0.0) {}
 };
@@ -111,18 +112,22 @@ class Screen {
     net_.set_stage(0);
     group_ = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_num_layers) : 1;
   }
-  PlanEstimate run(bool replay);
+  PlanEstimate run(bool replay, bool least_swap);
   search_detail::ReplayResult replayed(const StageSums& ss, double p2p, const std::vector<double>& forward_ready) const;
 
  private:
   const ItemCost& cost_of(int item_idx, bool full);
   std::vector<int> partition();
   StageSums stage_sums(const std::vector<int>& counts);
-  double peak_memory(const StageSums& ss) const;
+  StageMemoryInput memory_input(const StageSums& ss, int st) const;
+  double peak_memory(const StageSums& ss, const Plan& p) const;
+  bool least_swap(const StageSums& ss, double capacity, Plan& p) const;
+  double swap_in_s(const StageSums& ss, std::size_t chunk) const;
+  double optimizer_fetch_s(const StageSums& ss, int st) const;
   double dp_exposed(const StageSums& ss) const;
   double dp_coll(GroupKind g, Collective c, double params, double bytes_per_param) const;
   /// The replayed pipeline's span and the data-parallel traffic it leaves exposed, or nothing.
-  bool replay_step(const StageSums& ss, double p2p, double& pipe, double& dp) const;
+  bool replay_step(const StageSums& ss, double p2p, double& pipe, double& dp, double& swap) const;
   void bottleneck(PlanEstimate& e, const StageSums& ss) const;
 
   const Scenario& s_;
@@ -206,6 +211,7 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
       ss.cpd[sc] += c.params_dense;
       ss.cpe[sc] += c.params_expert;
       ss.citems[sc] += 1;
+      ss.cact[sc] += c.act_bytes;
       ss.cpair[sc] += pairs_forward_backward(p_.schedule) ? c.pair_balanced_s : c.pair_s;
       ss.compute[st] += c.fwd_compute_s + c.bwd_compute_s;
       ss.wgrad[st] += c.wgrad_s;
@@ -226,27 +232,54 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
   return ss;
 }
 
-/// The worst stage under the one memory model, with the schedule's closed-form in-flight count.
-double Screen::peak_memory(const StageSums& ss) const {
+/// A stage's memory input with the schedule's closed-form in-flight count.
+StageMemoryInput Screen::memory_input(const StageSums& ss, int st) const {
   const ScheduleTraits& sched = schedule_traits(p_.schedule);
+  StageMemoryInput in;
+  in.params_dense = ss.params_dense[st];
+  in.params_expert = ss.params_expert[st];
+  in.peak_inflight = sched.inflight(p_.pp, p_.vpp, p_.num_microbatches, st);
+  in.peak_activations = in.peak_inflight * (ss.act_sum[st] / p_.vpp);
+  in.largest_chunk_activations = ss.act_chunk_max[st];
+  in.transient_bytes = ss.transient[st];
+  in.largest_item_params = ss.item_params_max[st];
+  return in;
+}
+
+/// The worst stage under the one memory model.
+double Screen::peak_memory(const StageSums& ss, const Plan& p) const {
   double peak = 0;
-  for (int st = 0; st < p_.pp; ++st) {
-    StageMemoryInput in;
-    in.params_dense = ss.params_dense[st];
-    in.params_expert = ss.params_expert[st];
-    in.peak_inflight = sched.inflight(p_.pp, p_.vpp, p_.num_microbatches, st);
-    in.peak_activations = in.peak_inflight * (ss.act_sum[st] / p_.vpp);
-    in.largest_chunk_activations = ss.act_chunk_max[st];
-    in.transient_bytes = ss.transient[st];
-    in.largest_item_params = ss.item_params_max[st];
-    const MemoryBreakdown mem =
-        stage_memory(p_, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in);
-    peak = std::max(peak, mem.total());
-  }
+  for (int st = 0; st < p_.pp; ++st)
+    peak = std::max(peak, stage_memory(p, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(),
+                                       memory_input(ss, st))
+                              .total());
   return peak;
 }
 
-/// Data-parallel traffic and how much of it the last backward / first forward hides.
+/// The least swapping that makes the plan fit, as MindSpeed offers it: activations in quarters
+/// (memory is linear in the fraction, so the needed one is solved for, then rounded up), and the
+/// optimizer states too only when all the activations are not enough. False: nothing fits.
+bool Screen::least_swap(const StageSums& ss, double capacity, Plan& p) const {
+  for (const bool opt : {false, true}) {
+    p.swap_optimizer = opt;
+    p.swap_activations = 0;
+    double need = 0;
+    for (int st = 0; st < p_.pp; ++st) {
+      const StageMemoryInput in = memory_input(ss, st);
+      const double over = stage_memory(p, lay_.edp, s_.training.precision, s_.cluster.device.memory_reserved.value(), in)
+                              .total() - capacity;
+      const double movable = in.peak_activations - in.largest_chunk_activations;
+      if (over <= 0) continue;
+      need = std::max(need, movable > 0 ? over / movable : 2.0);
+    }
+    if (need <= 1.0) {
+      p.swap_activations = need <= 0 ? 0.0 : std::ceil(need * 4.0 - 1e-9) / 4.0;
+      return true;
+    }
+  }
+  return false;
+}
+
 /// One data-parallel collective over `params` parameters in gradient buckets (seconds).
 double Screen::dp_coll(GroupKind g, Collective c, double params, double bytes_per_param) const {
   const topologies::GroupShape& sh = net_.shape(g);
@@ -257,6 +290,7 @@ double Screen::dp_coll(GroupKind g, Collective c, double params, double bytes_pe
   return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
 }
 
+/// Data-parallel traffic and how much of it the last backward / first forward hides.
 double Screen::dp_exposed(const StageSums& ss) const {
   const double gb = grad_bytes_per_param(p_);
   const double pgb = param_gather_bytes_per_param(p_);
@@ -321,6 +355,10 @@ search_detail::ReplayResult Screen::replayed(const StageSums& ss, double p2p,
   r.fb_overlap = p_.fb_overlap;
   r.p2p = p2p;
   r.forward_ready = forward_ready;
+  if (p_.swap_activations > 0) {
+    r.swap_in.resize(ss.cact.size());
+    for (std::size_t i = 0; i < ss.cact.size(); ++i) r.swap_in[i] = swap_in_s(ss, i);
+  }
   const bool split = splits_weight_gradients(p_.schedule);
   const std::size_t n = ss.cf.size();
   r.f = ss.cf;
@@ -345,13 +383,26 @@ search_detail::ReplayResult Screen::replayed(const StageSums& ss, double p2p,
   return search_detail::replay_pipeline(r, make_schedule(p_.schedule, p_.pp, p_.vpp, p_.num_microbatches, costs));
 }
 
+/// Copying one micro-batch's swapped activations of a chunk back from host memory (seconds).
+double Screen::swap_in_s(const StageSums& ss, std::size_t chunk) const {
+  const double bw = s_.cluster.device.host_bandwidth.value();
+  return p_.swap_activations > 0 && bw > 0 ? p_.swap_activations * ss.cact[chunk] / bw : 0.0;
+}
+
+/// Fetching a stage's swapped optimizer states before its optimizer step (seconds).
+double Screen::optimizer_fetch_s(const StageSums& ss, int st) const {
+  const double bw = s_.cluster.device.host_bandwidth.value();
+  if (!p_.swap_optimizer || bw <= 0) return 0.0;
+  return adam_state_bytes_per_param(p_) * optimizer_shard_params(p_, lay_.edp, ss.params_dense[st], ss.params_expert[st]) / bw;
+}
+
 /// With overlapped gradient reduction and parameter gathers (Megatron's distributed optimizer):
 /// each chunk's gathers run in chunk order on the stage's data-parallel stream from the step's
 /// start, and its first forward waits for them (less what its items before the last overlap);
 /// each chunk's reduction starts when its gradients are complete, on the same stream, in the
 /// order they complete. What outlasts the pipeline is exposed. Other data-parallel modes keep
 /// the closed form.
-bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& dp) const {
+bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& dp, double& swap) const {
   const bool overlapped = p_.dp_sharding != DpSharding::Full && p_.overlap_grad_reduce;
   const int pp = p_.pp, vpp = p_.vpp;
   const std::size_t n = static_cast<std::size_t>(pp) * vpp;
@@ -372,7 +423,16 @@ bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& 
   const search_detail::ReplayResult rr = replayed(ss, p2p, ready);
   if (rr.span <= 0) return false;
   pipe = rr.span;
-  if (!overlapped) return true;
+  // Swapped optimizer states come back after the stage's last forward, behind its swap-ins;
+  // the optimizer step waits for them.
+  double fetched = 0;
+  for (int st = 0; st < pp; ++st)
+    if (const double f = optimizer_fetch_s(ss, st); f > 0)
+      fetched = std::max(fetched, std::max(rr.host_in_free[st], rr.last_forward[st]) + f);
+  if (!overlapped) {
+    swap = std::max(0.0, fetched - rr.span - dp);
+    return true;
+  }
   double end = rr.span;
   std::vector<std::size_t> order(static_cast<std::size_t>(vpp));
   for (int st = 0; st < pp; ++st) {
@@ -384,6 +444,7 @@ bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& 
     end = std::max(end, std::max(rr.stage_end[st], t));
   }
   dp = end - rr.span;
+  swap = std::max(0.0, fetched - end);
   if (p_.distributed_optimizer && !p_.overlap_param_gather) {  // gathered after the optimizer step
     double ag = 0;
     for (int st = 0; st < pp; ++st)
@@ -394,14 +455,27 @@ bool Screen::replay_step(const StageSums& ss, double p2p, double& pipe, double& 
   return true;
 }
 
-PlanEstimate Screen::run(bool replay) {
+PlanEstimate Screen::run(bool replay, bool least) {
   refine_ = replay;
   PlanEstimate e;
   const int m = p_.num_microbatches, pp = p_.pp;
   const StageSums ss = stage_sums(partition());
   e.capacity_bytes = s_.cluster.device.hbm_capacity.value();
-  e.peak_memory_bytes = peak_memory(ss);
+  e.peak_memory_bytes = peak_memory(ss, p_);
   e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+  e.swap_activations = p_.swap_activations;
+  e.swap_optimizer = p_.swap_optimizer;
+  if (least && !e.fits) {
+    // The least swapping that fits, for the caller to estimate that plan; nothing timed here.
+    Plan q = p_;
+    if (least_swap(ss, e.capacity_bytes, q)) {
+      e.swap_activations = q.swap_activations;
+      e.swap_optimizer = q.swap_optimizer;
+      e.peak_memory_bytes = peak_memory(ss, q);
+      e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+    }
+    return e;
+  }
 
   // Pipeline: the slowest stage for every micro-batch, plus the schedule's fill and drain.
   const ScheduleTraits& sched = schedule_traits(p_.schedule);
@@ -409,8 +483,23 @@ PlanEstimate Screen::run(bool replay) {
   pc.pp = pp;
   pc.vpp = p_.vpp;
   int slow = 0;
+  // Swapped activations come back on one host-to-device stream per stage, each from its
+  // forward's end: a chunk on the pipeline's last position runs its backward right after its
+  // forward and waits for the whole copy; otherwise only a stream busier than the stage is.
+  std::vector<double> swap_wait(pp, 0.0);
+  if (p_.swap_activations > 0)
+    for (int st = 0; st < pp; ++st) {
+      double in = 0, last = 0;
+      for (int c = 0; c < p_.vpp; ++c) {
+        const double d = swap_in_s(ss, static_cast<std::size_t>(st) * p_.vpp + c);
+        in += d;
+        const int v = virtual_stage(p_.schedule, pp, st, c);
+        if (v == p_.virtual_stages() - 1 || (sched.bidirectional && v == pp - 1)) last += d;
+      }
+      swap_wait[st] = std::max(last, in - (ss.F[st] + ss.B[st]));
+    }
   for (int st = 0; st < pp; ++st) {
-    const double t = ss.F[st] + ss.B[st];
+    const double t = ss.F[st] + ss.B[st] + swap_wait[st];
     if (t > pc.t_max) {
       pc.t_max = t;
       slow = st;
@@ -442,10 +531,12 @@ PlanEstimate Screen::run(bool replay) {
   const double t_steady = half * (pairs * pc.pair + (m - pairs) * pc.t_max) / std::max(1, m);
   double pipe = m * t_steady + sched.fill(pc) + 2.0 * (pp - 1) * p2p;
   e.dp_exposed_s = dp_exposed(ss);
-  e.replayed = replay && replay_step(ss, p2p, pipe, e.dp_exposed_s);
+  // Swapped optimizer states come back after the last forward, under the backwards after it.
+  for (int st = 0; st < pp; ++st) e.swap_exposed_s = std::max(e.swap_exposed_s, optimizer_fetch_s(ss, st) - ss.B[st]);
+  e.replayed = replay && replay_step(ss, p2p, pipe, e.dp_exposed_s, e.swap_exposed_s);
   const double shard = optimizer_shard_params(p_, lay_.edp, ss.params_dense[slow], ss.params_expert[slow]);
   const double opt = cache_.cm.memory_bound(Bytes{optimizer_step_bytes_per_param(p_) * shard}).value();
-  e.step_s = pipe + e.dp_exposed_s + opt;
+  e.step_s = pipe + e.dp_exposed_s + e.swap_exposed_s + opt;
   e.tokens_per_s = s_.training.tokens_per_step() / e.step_s;
   e.mfu = w_.model_flops_per_token * e.tokens_per_s /
           (static_cast<double>(s_.cluster.devices) * s_.cluster.device.mfu_peak(s_.training.precision).value());
@@ -465,8 +556,15 @@ Estimator::Estimator(const Scenario& base, const topologies::Topology& topo, con
 
 Estimator::~Estimator() = default;
 
-PlanEstimate Estimator::estimate(const Plan& plan, bool replay) {
-  return Screen(base_, plan, topo_, w_, *cache_).run(replay);
+PlanEstimate Estimator::estimate(const Plan& plan, bool replay, bool least_swap) {
+  PlanEstimate e = Screen(base_, plan, topo_, w_, *cache_).run(replay, least_swap);
+  if (least_swap && e.fits && (e.swap_activations != plan.swap_activations || e.swap_optimizer != plan.swap_optimizer)) {
+    Plan swapped = plan;
+    swapped.swap_activations = e.swap_activations;
+    swapped.swap_optimizer = e.swap_optimizer;
+    e = Screen(base_, swapped, topo_, w_, *cache_).run(replay, false);
+  }
+  return e;
 }
 
 }  // namespace moesim::strategies

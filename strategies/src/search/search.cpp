@@ -195,7 +195,8 @@ void exchange_candidates(const search_detail::PlanEnumerator& plans, const Searc
   for (const Candidate& c : cands)
     mine.push_back({c.index, c.score, c.est.step_s, c.est.tokens_per_s, c.est.mfu, c.est.peak_memory_bytes,
                     c.est.capacity_bytes, c.est.compute_s, c.est.exposed_comm_s, c.est.bubble_s, c.est.dp_exposed_s,
-                    std::string(c.est.bottleneck)});
+                    std::string(c.est.bottleneck), c.plan.swap_activations, c.plan.swap_optimizer,
+                    c.est.swap_exposed_s, c.est.replayed});
   const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
   const std::vector<std::string> all = peers.allgather(std::string(bytes.begin(), bytes.end()));
   cands.clear();
@@ -219,6 +220,10 @@ void exchange_candidates(const search_detail::PlanEnumerator& plans, const Searc
       c.est.bubble_s = e[9];
       c.est.dp_exposed_s = e[10];
       c.est.bottleneck = bottleneck_literal(e[11].get<std::string>());
+      c.plan.swap_activations = c.est.swap_activations = e[12].get<double>();
+      c.plan.swap_optimizer = c.est.swap_optimizer = e[13].get<bool>();
+      c.est.swap_exposed_s = e[14];
+      c.est.replayed = e[15].get<bool>();
       c.est.fits = true;
       cands.push_back(std::move(c));
     }
@@ -249,7 +254,9 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
     ++valid_count[worker];
     if (!estimators[worker]) estimators[worker] = std::make_unique<Estimator>(ctx.base, ctx.topo, ctx.w);
     c.index = i;
-    c.est = estimators[worker]->estimate(c.plan);
+    c.est = estimators[worker]->estimate(c.plan, false, space.swap_auto);
+    c.plan.swap_activations = c.est.swap_activations;  // the least that fits (swap "auto")
+    c.plan.swap_optimizer = c.est.swap_optimizer;
     if (c.est.fits && c.est.step_s > 0) {
       c.score = objective_value(space.objective, c.est.tokens_per_s, c.est.mfu, ctx.devices, space.train_tokens);
       per_worker[worker].push_back(std::move(c));

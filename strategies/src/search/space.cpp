@@ -34,8 +34,13 @@ nlohmann::json SearchSpace::to_json() const {
   j["overlap_dp"] = overlap_dp;
   j["moe_fb_overlap"] = fb_overlap;
   j["moe_shared_expert_overlap"] = shared_expert_overlap;
-  j["swap_activations"] = swap_activations;
-  j["swap_optimizer"] = swap_optimizer;
+  if (swap_auto) {
+    j["swap_activations"] = "auto";
+    j["swap_optimizer"] = "auto";
+  } else {
+    j["swap_activations"] = swap_activations;
+    j["swap_optimizer"] = swap_optimizer;
+  }
   std::vector<std::string> a2a, rc;
   for (auto a : alltoall) a2a.push_back(alltoall_name(a));
   for (const auto& r : recompute) rc.push_back(r.name);
@@ -204,11 +209,20 @@ void parse_parallel_axes(const SearchSection& sec, const Scenario& s, SearchSpac
   sp.shared_expert_overlap =
       sec.bool_axis({"moe_shared_expert_overlap"},
                     moe && s.model.num_shared_experts > 0 ? std::vector<bool>{false, true} : std::vector<bool>{false});
-  // Swapping to host memory: the scenario's own setting unless given (off by default: it trades
-  // host-link time for memory, which the screen does not charge; recomputation is the default
-  // way to memory).
-  sp.swap_activations = sec.fraction_axis({"swap_activations"}, {s.plan.swap_activations});
-  sp.swap_optimizer = sec.bool_axis({"swap_optimizer"}, {s.plan.swap_optimizer});
+  // Swapping to host memory (MindSpeed's --swap-attention and --swap-optimizer): by default, on a
+  // device with a host link, "auto" — a plan over memory gets the least swapping that fits
+  // (activations in quarters, then the optimizer states), its host copies charged by the
+  // screen and simulated; a plan that fits swaps nothing (swapping only costs time). Listed
+  // values are enumerated instead (the other axis then keeps the scenario's setting), and a
+  // scenario that swaps itself keeps its own setting.
+  auto is_auto = [&](const char* key) {
+    const nlohmann::json* v = sec.r.get({key});
+    return v == nullptr || (v->is_string() && v->get<std::string>() == "auto");
+  };
+  sp.swap_auto = s.cluster.device.host_bandwidth.value() > 0 && is_auto("swap_activations") && is_auto("swap_optimizer") &&
+                 s.plan.swap_activations == 0 && !s.plan.swap_optimizer;
+  sp.swap_activations = sec.fraction_axis({"swap_activations"}, {sp.swap_auto ? 0.0 : s.plan.swap_activations});
+  sp.swap_optimizer = sec.bool_axis({"swap_optimizer"}, {sp.swap_auto ? false : s.plan.swap_optimizer});
 }
 
 // All-to-all algorithm.

@@ -31,6 +31,10 @@ struct PlanEstimate {
   double dp_exposed_s = 0;
   const char* bottleneck = "compute";  ///< the largest non-compute part, or "compute"
   bool replayed = false;         ///< the pipeline replayed pass by pass, not the closed form
+  double swap_exposed_s = 0;     ///< swapped optimizer states fetched after the pipeline
+  /// The swapping estimated: the plan's own, or with `least_swap` the least that fits.
+  double swap_activations = 0;
+  bool swap_optimizer = false;
 };
 
 struct EstimatorCache;  ///< shapes and per-layer costs shared by the plans one thread screens
@@ -44,8 +48,10 @@ class Estimator {
   /// `plan` must be valid for the scenario (validate_plan or plan_is_valid). `replay`: the
   /// pipeline replayed pass by pass through the schedule's orders (per-chunk costs, the
   /// emitter's forward-backward pairs; ~50x the closed form's cost) instead of the closed-form
-  /// fill and drain.
-  PlanEstimate estimate(const Plan& plan, bool replay = false);
+  /// fill and drain. `least_swap`: a plan over memory is estimated with the least swapping to
+  /// host memory that fits (activations in quarters, then the optimizer states too; the
+  /// estimate says which), the host copies charged.
+  PlanEstimate estimate(const Plan& plan, bool replay = false, bool least_swap = false);
 
  private:
   const Scenario& base_;

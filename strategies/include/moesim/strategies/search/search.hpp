@@ -48,6 +48,9 @@ struct SearchSpace {
   /// states): the scenario's own values unless the section lists others.
   std::vector<double> swap_activations{0};
   std::vector<bool> swap_optimizer{false};
+  /// Swapping chosen per plan (both swap axes "auto", the default where the device has a host
+  /// link): a plan over memory gets the least swapping that fits (Estimator's least_swap).
+  bool swap_auto = false;
   std::vector<AllToAllAlgo> alltoall;
   std::vector<RecomputeChoice> recompute;
   /// Pipeline schedules to try: -1 is "auto" (1F1B, or interleaved when vpp > 1), otherwise a
