@@ -186,17 +186,39 @@ const char* bottleneck_literal(const std::string& s) {
   return "compute";
 }
 
+/// A candidate's estimate (and the swapping it chose) as numbers for another process.
+nlohmann::json estimate_json(const Candidate& c) {
+  return {c.score, c.est.step_s, c.est.tokens_per_s, c.est.mfu, c.est.peak_memory_bytes, c.est.capacity_bytes,
+          c.est.compute_s, c.est.exposed_comm_s, c.est.bubble_s, c.est.dp_exposed_s, std::string(c.est.bottleneck),
+          c.plan.swap_activations, c.plan.swap_optimizer, c.est.swap_exposed_s, c.est.replayed, c.est.fits};
+}
+
+void read_estimate(const nlohmann::json& e, Candidate& c) {
+  c.score = e[0];
+  c.est.step_s = e[1];
+  c.est.tokens_per_s = e[2];
+  c.est.mfu = e[3];
+  c.est.peak_memory_bytes = e[4];
+  c.est.capacity_bytes = e[5];
+  c.est.compute_s = e[6];
+  c.est.exposed_comm_s = e[7];
+  c.est.bubble_s = e[8];
+  c.est.dp_exposed_s = e[9];
+  c.est.bottleneck = bottleneck_literal(e[10].get<std::string>());
+  c.plan.swap_activations = c.est.swap_activations = e[11].get<double>();
+  c.plan.swap_optimizer = c.est.swap_optimizer = e[12].get<bool>();
+  c.est.swap_exposed_s = e[13];
+  c.est.replayed = e[14].get<bool>();
+  c.est.fits = e[15].get<bool>();
+}
+
 /// Every process's screened candidates (and valid-plan counts) to every process: the plans are
 /// rebuilt from their index, the estimates carried as numbers.
 void exchange_candidates(const search_detail::PlanEnumerator& plans, const SearchPeers& peers,
                          std::vector<Candidate>& cands, std::size_t& valid) {
   nlohmann::json mine = nlohmann::json::array();
   mine.push_back(valid);
-  for (const Candidate& c : cands)
-    mine.push_back({c.index, c.score, c.est.step_s, c.est.tokens_per_s, c.est.mfu, c.est.peak_memory_bytes,
-                    c.est.capacity_bytes, c.est.compute_s, c.est.exposed_comm_s, c.est.bubble_s, c.est.dp_exposed_s,
-                    std::string(c.est.bottleneck), c.plan.swap_activations, c.plan.swap_optimizer,
-                    c.est.swap_exposed_s, c.est.replayed});
+  for (const Candidate& c : cands) mine.push_back({c.index, estimate_json(c)});
   const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
   const std::vector<std::string> all = peers.allgather(std::string(bytes.begin(), bytes.end()));
   cands.clear();
@@ -205,26 +227,10 @@ void exchange_candidates(const search_detail::PlanEnumerator& plans, const Searc
     const nlohmann::json j = nlohmann::json::from_msgpack(part);
     valid += j[0].get<std::size_t>();
     for (std::size_t k = 1; k < j.size(); ++k) {
-      const auto& e = j[k];
       Candidate c;
-      c.index = e[0].get<std::size_t>();
+      c.index = j[k][0].get<std::size_t>();
       if (!plans.make_plan(c.index, c.plan, c.recompute_name)) continue;  // cannot happen: it was made there
-      c.score = e[1];
-      c.est.step_s = e[2];
-      c.est.tokens_per_s = e[3];
-      c.est.mfu = e[4];
-      c.est.peak_memory_bytes = e[5];
-      c.est.capacity_bytes = e[6];
-      c.est.compute_s = e[7];
-      c.est.exposed_comm_s = e[8];
-      c.est.bubble_s = e[9];
-      c.est.dp_exposed_s = e[10];
-      c.est.bottleneck = bottleneck_literal(e[11].get<std::string>());
-      c.plan.swap_activations = c.est.swap_activations = e[12].get<double>();
-      c.plan.swap_optimizer = c.est.swap_optimizer = e[13].get<bool>();
-      c.est.swap_exposed_s = e[14];
-      c.est.replayed = e[15].get<bool>();
-      c.est.fits = true;
+      read_estimate(j[k][1], c);
       cands.push_back(std::move(c));
     }
   }
@@ -281,22 +287,32 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
 
 /// The first `replay_k` candidates estimated again with the pipeline replayed pass by pass (and
 /// the lowering's refined layer partition) and re-ordered by that; the rest keep the closed
-/// form's order behind them. Every process
-/// replays the same head (each estimate depends on its plan alone), so the order is the same
-/// for any number of processes.
+/// form's order behind them. Processes share the head (by position) and exchange the
+/// estimates, each depending on its plan alone, so the order is the same for any number of
+/// processes.
 void replay_candidates(const SearchContext& ctx, std::vector<Candidate>& cands, SearchReport& rep) {
   const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(0, ctx.space.replay_k)), cands.size());
   if (n == 0) return;
   std::vector<std::unique_ptr<Estimator>> estimators(ctx.threads);
   ParallelOptions o{.threads = ctx.threads, .grain = 16, .cancel = ctx.opt.cancel, .tick = {}, .tick_ms = 100};
   if (ctx.opt.progress) o.tick = [&](std::size_t done) { ctx.opt.progress("replaying pipelines", done, n); };
+  const SearchPeers& peers = ctx.opt.peers;
   parallel_for(n, o, [&](int worker, std::size_t i) {
+    if (!peers.owns(i)) return;
     if (!estimators[worker]) estimators[worker] = std::make_unique<Estimator>(ctx.base, ctx.topo, ctx.w);
     Candidate& c = cands[i];
     c.est = estimators[worker]->estimate(c.plan, true);
     c.score = objective_value(ctx.space.objective, c.est.tokens_per_s, c.est.mfu, ctx.devices, ctx.space.train_tokens);
   });
   if (ctx.opt.cancel != nullptr && ctx.opt.cancel->requested()) throw Cancelled();
+  if (peers.size > 1) {
+    nlohmann::json mine = nlohmann::json::array();
+    for (std::size_t i = 0; i < n; ++i)
+      if (peers.owns(i)) mine.push_back({i, estimate_json(cands[i])});
+    const std::vector<std::uint8_t> bytes = nlohmann::json::to_msgpack(mine);
+    for (const std::string& part : peers.allgather(std::string(bytes.begin(), bytes.end())))
+      for (const auto& e : nlohmann::json::from_msgpack(part)) read_estimate(e[1], cands[e[0].get<std::size_t>()]);
+  }
   rep.replayed = n;
   // Those the refined partition puts over memory go behind the head's others.
   std::stable_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(n), [](const Candidate& a, const Candidate& b) {
