@@ -92,6 +92,32 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
     if (el.drop_rate > 0) o += fmt::format(", {:.2f}% dropped", 100 * el.drop_rate);
     o += "\n";
   }
+  if (r.stragglers) {
+    const auto& sr = *r.stragglers;
+    o += fmt::format("  {:<22}{} slow device{}, {} slow NIC{}: step {:.3f} s against {:.3f} s with none ({:+.1f}%)\n",
+                     "stragglers", sr.slow_devices, sr.slow_devices == 1 ? "" : "s", sr.slow_nics,
+                     sr.slow_nics == 1 ? "" : "s", r.step_time_s, sr.ideal_step_s,
+                     sr.ideal_step_s > 0 ? 100 * (r.step_time_s / sr.ideal_step_s - 1) : 0.0);
+    if (sr.step_times_s.size() > 1)
+      o += fmt::format("  {:<22}{} steps: mean {:.3f} s, p50 {:.3f} s, p99 {:.3f} s (min {:.3f}, max {:.3f}); step {} "
+                       "reported\n",
+                       "step-time spread", sr.step_times_s.size(), sr.mean_s, sr.p50_s, sr.p99_s, sr.min_s, sr.max_s,
+                       sr.reported_step);
+    const std::size_t shown = std::min<std::size_t>(sr.gates.size(), 8);
+    for (std::size_t i = 0; i < shown; ++i) {
+      const auto& g = sr.gates[i];
+      std::string what;
+      for (const auto& x : g.gates) what += (what.empty() ? "" : ", ") + x;
+      o += fmt::format("  {:<22}stage {}: device {} ({}) holds back {}; its stage waits {:.3f} s\n",
+                       i == 0 ? "the step is gated by" : "", g.stage, g.device,
+                       g.slowdown > 1 && g.nic_bandwidth < 1
+                           ? fmt::format("{:.2f}x slower, NIC at {:.0f}%", g.slowdown, 100 * g.nic_bandwidth)
+                       : g.slowdown > 1 ? fmt::format("{:.2f}x slower", g.slowdown)
+                                        : fmt::format("NIC at {:.0f}%", 100 * g.nic_bandwidth),
+                       what.empty() ? "nothing (no collective)" : what, g.wait_s);
+    }
+    if (sr.gates.size() > shown) o += fmt::format("  {:<22}... and {} more stages\n", "", sr.gates.size() - shown);
+  }
   if (!r.feasible) o += fmt::format("  {:<22}{}\n", "INFEASIBLE", r.infeasible_reason);
 
   o += "\n  where the time goes (per device)       seconds    share\n";
@@ -107,7 +133,8 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   row("pipeline send/recv (exposed)", b.pp_comm_s);
   row("data-parallel comm (exposed)", b.dp_comm_s);
   row("pipeline bubble", b.bubble_s);
-  if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait_s);
+  if (r.stragglers) row("imbalance wait (stragglers)", b.imbalance_wait_s);
+  else if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait_s);
   if (s.plan.swap_activations > 0 || s.plan.swap_optimizer) row("swap to host (exposed)", b.swap_s);
   if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound_s);
   row("optimizer and other", b.other_s);

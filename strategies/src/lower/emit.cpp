@@ -64,7 +64,10 @@ class Emitter {
   [[nodiscard]] sim::ResourceId stream_of(int stage, int pos, Stream s) const {
     return in_.ranks[rank_index(stage, pos)].streams[static_cast<int>(s)];
   }
-  Tick step_duration(const Step& st, int mb, int local);
+  Tick step_duration(const Step& st, int stage, int mb, int q);
+  Tick straggled(Tick d, const Step& st, int stage, int q);
+  double group_nic(int stage, GroupKind g, int local);
+  std::unordered_map<long long, double> group_nic_;  ///< (stage, kind, group) -> weakest NIC share
   void instantiate_step(const Program& prog, std::size_t i, int stage, int mb, std::vector<sim::TaskId>& tasks_out);
   void instantiate(const Program& prog, int stage, int mb, std::vector<sim::TaskId>& tasks_out);
   void instantiate_pair(const Program& a, int mb_a, std::vector<sim::TaskId>& out_a, const Program& b, int mb_b,
@@ -286,8 +289,27 @@ bool Emitter::group_simulated(GroupKind g, int local) const {
 // concurrent collectives is the flow-level network model's job.
 // A collective is one task for all its members when they are all simulated (it starts when
 // the last one reaches it); otherwise each simulated member runs its own copy.
+// With stragglers, the simulated members of a group stand for it all (the unsimulated ones are
+// like its clean simulated member): a group with two or more of them shares its collectives.
 bool Emitter::shared_group(GroupKind g, int local) const {
-  return g != GroupKind::None && lay_.members(g, local).size() > 1 && group_simulated(g, local);
+  if (g == GroupKind::None || lay_.members(g, local).size() <= 1) return false;
+  if (in_.stragglers == nullptr) return group_simulated(g, local);
+  int simulated = 0;
+  for (int l : lay_.members(g, local)) simulated += in_.simulated.pos_of_local[l] >= 0;
+  return simulated >= 2;
+}
+
+// The share of the bandwidth left to a stage's group whose weakest NIC is slow (1: none).
+double Emitter::group_nic(int stage, GroupKind g, int local) {
+  if (in_.stragglers == nullptr || in_.stragglers->slow_nics == 0 || g == GroupKind::None) return 1.0;
+  const long long key = (static_cast<long long>(stage) * kNumGroupKinds + static_cast<int>(g)) * lay_.block +
+                        lay_.group_index(g, local);
+  auto it = group_nic_.find(key);
+  if (it != group_nic_.end()) return it->second;
+  double f = 1.0;
+  for (int l : lay_.members(g, local))
+    f = std::min(f, in_.stragglers->nic[static_cast<std::size_t>(stage) * lay_.block + l]);
+  return group_nic_.emplace(key, f).first->second;
 }
 
 void Emitter::resources_for(const Step& st, int stage, int q, bool shared, std::vector<sim::ResourceId>& out) const {
@@ -297,16 +319,31 @@ void Emitter::resources_for(const Step& st, int stage, int q, bool shared, std::
     return;
   }
   for (int l : lay_.members(st.group, in_.simulated.locals[q]))
-    out.push_back(stream_of(stage, in_.simulated.pos_of_local[l], st.stream));
+    if (const int pos = in_.simulated.pos_of_local[l]; pos >= 0) out.push_back(stream_of(stage, pos, st.stream));
 }
 
-Tick Emitter::step_duration(const Step& st, int mb, int local) {
+Tick Emitter::step_duration(const Step& st, int stage, int mb, int q) {
+  const int local = in_.simulated.locals[q];
+  Tick d = st.duration;
   if (st.role == Role::Attention) {
     const int dp_i = local / (p_.tp * p_.cp);
-    return scale_ticks(st.duration, in_.documents->factor[dp_i][mb]);
+    d = scale_ticks(st.duration, in_.documents->factor[dp_i][mb]);
+  } else if (in_.simulated.skewed && st.role != Role::None) {
+    d = in_.routing->routed_duration(st, mb, local);
   }
-  if (in_.simulated.skewed && st.role != Role::None) return in_.routing->routed_duration(st, mb, local);
-  return st.duration;
+  return straggled(d, st, stage, q);
+}
+
+// A slow device's kernels take longer; a collective leaving the server runs at the bandwidth
+// its group's weakest NIC has left (the ring or all-to-all waits for its slowest link).
+Tick Emitter::straggled(Tick d, const Step& st, int stage, int q) {
+  if (in_.stragglers == nullptr) return d;
+  const int local = in_.simulated.locals[q];
+  if (st.stream == Stream::Compute)
+    return scale_ticks(d, in_.stragglers->compute[static_cast<std::size_t>(stage) * lay_.block + local]);
+  if ((in_.ranks[rank_index(stage, q)].scale_out_streams >> static_cast<int>(st.stream) & 1) == 0) return d;
+  const double f = group_nic(stage, st.group, local);
+  return f < 1.0 ? scale_ticks(d, 1.0 / f) : d;
 }
 
 // What host dispatch adds to a pass timed alone (0 without host dispatch). Fast fidelity adds it
@@ -335,14 +372,19 @@ Tick Emitter::host_extra_alone(const Program& prog) const {
 void Emitter::instantiate_step(const Program& prog, std::size_t i, int stage, int mb,
                                std::vector<sim::TaskId>& tasks_out) {
   const Step& st = prog.steps[i];
-  const bool shared = shared_group(st.group, in_.simulated.locals[0]);
-  if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
+  // Whether the group is shared is the same for every rank of a stage, except with stragglers
+  // (then it depends on how many of the rank's group are simulated).
+  bool any_shared = false;
+  for (int q = 0; q < (in_.stragglers != nullptr ? per_stage_ : 1); ++q)
+    any_shared = any_shared || shared_group(st.group, in_.simulated.locals[q]);
+  if (any_shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
   // The same for every rank of the stage.
   const bool dispatch = host_extra(prog) > 0;
   const Tick host = dispatch ? host_ticks(st, launch_ticks_, in_.scenario.simulation.fused_vector_ops, lay_.ep) : 0;
   for (int q = 0; q < per_stage_; ++q) {
     const int local = in_.simulated.locals[q];
-    const Tick dur = step_duration(st, mb, local);
+    const Tick dur = step_duration(st, stage, mb, q);
+    const bool shared = any_shared && (in_.stragglers == nullptr || shared_group(st.group, local));
     sim::TaskId t;
     if (shared) {
       const int g = lay_.group_index(st.group, local);
@@ -421,15 +463,18 @@ Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double param
     const Step st = in_.net.step(g, op, params / buckets * bytes_per_param, kDpComm, stream,
                                  builder_.label(label + (g == GroupKind::Edp ? ".expert" : "")), buckets);
     if (st.duration == 0) continue;
-    const bool shared = shared_group(g, in_.simulated.locals[0]);
+    bool any_shared = false;
+    for (int q = 0; q < (in_.stragglers != nullptr ? per_stage_ : 1); ++q)
+      any_shared = any_shared || shared_group(g, in_.simulated.locals[q]);
     for (int bk = 0; bk < buckets; ++bk) {
-      if (shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
+      if (any_shared) std::fill(group_task_.begin(), group_task_.end(), sim::kNoTask);
       for (int q = 0; q < per_stage_; ++q) {
         sim::TaskId t = sim::kNoTask;
+        const bool shared = any_shared && (in_.stragglers == nullptr || shared_group(g, in_.simulated.locals[q]));
         const int gi = shared ? lay_.group_index(g, in_.simulated.locals[q]) : 0;
         if (!shared || group_task_[gi] == sim::kNoTask) {
           resources_for(st, stage, q, shared, res_);
-          t = builder_.add_task(st.duration, st.cat, st.label, -1, res_);
+          t = builder_.add_task(straggled(st.duration, st, stage, q), st.cat, st.label, -1, res_);
           if (shared) group_task_[gi] = t;
         } else {
           t = group_task_[gi];
@@ -695,8 +740,9 @@ std::vector<sim::TaskId> Emitter::emit_optimizer(int stage, double shard) {
   out_.optimizer_seconds = std::max(out_.optimizer_seconds, opt_t.value());
   std::vector<sim::TaskId> opt(per_stage_);
   for (int l = 0; l < per_stage_; ++l) {
-    opt[l] = builder_.add_task(to_ticks(opt_t), kOptimizer, builder_.label("optimizer_step"), -1,
-                               {stream_of(stage, l, Stream::Compute)});
+    Step compute_step;  // on the compute stream: a slow device's optimizer is slow too
+    opt[l] = builder_.add_task(straggled(to_ticks(opt_t), compute_step, stage, l), kOptimizer,
+                               builder_.label("optimizer_step"), -1, {stream_of(stage, l, Stream::Compute)});
     for (int mb = 0; mb < m_; ++mb)
       for (int c = 0; c < vpp_; ++c)
         for (Phase ph : {Phase::Backward, Phase::WeightGrad}) {

@@ -13,6 +13,7 @@
 #include "moesim/strategies/plan/schedule.hpp"
 #include "network.hpp"
 #include "program.hpp"
+#include "stragglers.hpp"
 
 namespace moesim::strategies::lowering {
 
@@ -49,6 +50,7 @@ struct EmitInputs {
   MoeRouting* routing;                     ///< skewed routing (null: balanced)
   StageNetwork& net;
   const CancelFlag* cancel;
+  const StragglerMap* stragglers = nullptr;  ///< slow devices and NICs this step (null: none)
 };
 
 struct EmitResult {

@@ -99,6 +99,7 @@ class Lowering {
   LayerBuilder layers_;
   MoeRouting routing_;
   SimulatedRanks simulated_;
+  StragglerMap stragglers_;
   StagePrograms programs_;
   std::vector<std::vector<double>> chunk_act_full_;  ///< [stage][chunk] without recomputation
   std::vector<double> stage_flops_;
@@ -171,24 +172,33 @@ void Lowering::build_ranks(Fidelity f) {
   // A user's expert map can load the ranks unevenly even under balanced routing.
   simulated_.skewed = (s_.routing.skewed() || !s_.placement.expert_map.empty()) && m_.is_moe() && lay_.ep > 1 &&
                       f != Fidelity::Fast;
+  // Stragglers: the column they slow most is followed (stragglers.hpp); with skewed routing,
+  // the column of the expert-parallel group simulated.
+  stragglers_ = realise_stragglers(s_, lay_, p_.pp, s_.simulation.step_index, simulated_.skewed ? 0 : -1);
   if (f == Fidelity::Full) {
     for (int l = 0; l < lay_.block; ++l) locals.push_back(l);
   } else if (simulated_.skewed) {
     locals = lay_.members(GroupKind::Ep, 0);
+    if (stragglers_.active) locals.insert(locals.end(), stragglers_.locals.begin(), stragglers_.locals.end());
     std::sort(locals.begin(), locals.end());
+    locals.erase(std::unique(locals.begin(), locals.end()), locals.end());
+  } else if (stragglers_.active) {
+    locals = stragglers_.locals;
   } else {
     locals.push_back(0);
   }
   simulated_.pos_of_local.assign(static_cast<std::size_t>(lay_.block), -1);
   for (std::size_t q = 0; q < locals.size(); ++q) simulated_.pos_of_local[locals[q]] = static_cast<int>(q);
   const double weight = static_cast<double>(lay_.block) / static_cast<double>(locals.size());
+  const bool straggler_weights = stragglers_.active && f != Fidelity::Full && !simulated_.skewed;
   for (int stage = 0; stage < p_.pp; ++stage) {
-    for (int l : locals) {
+    for (std::size_t q = 0; q < locals.size(); ++q) {
+      const int l = locals[q];
       SimRank r;
       r.stage = stage;
       r.local = l;
       r.global_rank = stage * lay_.block + l;
-      r.weight = weight;
+      r.weight = straggler_weights ? stragglers_.weight[stage][q] : weight;
       const auto idx = static_cast<std::uint32_t>(out_.ranks.size());
       const std::string name = "rank" + std::to_string(r.global_rank);
       for (int st = 0; st < kNumStreams; ++st)
@@ -465,7 +475,12 @@ Lowered Lowering::run() {
   }
   const EmitInputs in{s_,         p_,           lay_,         topo_,     w_,
                       cm_,        simulated_,   out_.ranks,   out_.stages, out_.schedule,
-                      p2p_seconds_, docs ? &*docs : nullptr, &routing_, net_, cancel_};
+                      p2p_seconds_, docs ? &*docs : nullptr, &routing_, net_, cancel_,
+                      stragglers_.active || (stragglers_.slow_devices + stragglers_.slow_nics > 0 &&
+                                             s_.simulation.fidelity == Fidelity::Full)
+                          ? &stragglers_
+                          : nullptr};
+  out_.stragglers = static_cast<const StragglerInfo&>(stragglers_);
   const EmitResult emitted = emit_step(in, programs_, builder_);
   out_.optimizer_seconds = emitted.optimizer_seconds;
   if (m_.is_moe()) out_.expert_load = routing_.expert_load(w_.items, simulated_.skewed);

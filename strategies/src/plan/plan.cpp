@@ -565,6 +565,61 @@ void parse_moe(const nlohmann::json& moe, const std::string& base_dir, Scenario&
   r.finish();
 }
 
+/// A list of device ids, each below the device count.
+std::vector<long long> device_list(ObjectReader& r, const char* key, long long devices, Diagnostics& diag) {
+  std::vector<long long> out;
+  const nlohmann::json* v = r.get({key});
+  if (v == nullptr) return out;
+  const std::string ptr = r.child_pointer(key);
+  if (!v->is_array()) {
+    diag.error(ptr, json_brief(*v), "must be a list of device ids");
+    return out;
+  }
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const nlohmann::json& x = (*v)[i];
+    if (!x.is_number_integer() || x.get<long long>() < 0 || x.get<long long>() >= devices)
+      diag.error(ptr + "/" + std::to_string(i), json_brief(x),
+                 "must be a device id from 0 to " + std::to_string(devices - 1) + " (the cluster's devices)");
+    else out.push_back(x.get<long long>());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+/// simulation.stragglers: slow devices, slow NICs, host jitter (see Stragglers).
+void parse_stragglers(const nlohmann::json& j, Scenario& s, Diagnostics& diag) {
+  ObjectReader r(j, "/simulation/stragglers", diag);
+  Stragglers& g = s.simulation.stragglers;
+  const long long devices = s.cluster.devices;
+  if (const auto* d = r.get({"devices"})) {
+    ObjectReader q(*d, "/simulation/stragglers/devices", diag);
+    g.device_fraction = q.number({"fraction"}, 0.0, 0.0, 1.0);
+    g.devices = device_list(q, "list", devices, diag);
+    g.slowdown = q.number({"slowdown"}, 1.0, 1.0, 100.0);
+    if (g.device_fraction > 0 && !g.devices.empty())
+      diag.error("/simulation/stragglers/devices", "", "give \"fraction\" or \"list\", not both");
+    if (!q.has({"slowdown"})) diag.error("/simulation/stragglers/devices/slowdown", "", "is required (e.g. 1.2: 20% slower)");
+    q.finish();
+  }
+  if (const auto* n = r.get({"nics"})) {
+    ObjectReader q(*n, "/simulation/stragglers/nics", diag);
+    g.nic_fraction = q.number({"fraction"}, 0.0, 0.0, 1.0);
+    g.nics = device_list(q, "list", devices, diag);
+    g.nic_bandwidth = q.number({"bandwidth"}, 1.0, 1e-3, 1.0);
+    g.nic_flapping = q.number({"flapping"}, 1.0, 0.0, 1.0);
+    if (g.nic_fraction > 0 && !g.nics.empty())
+      diag.error("/simulation/stragglers/nics", "", "give \"fraction\" or \"list\", not both");
+    if (!q.has({"bandwidth"}))
+      diag.error("/simulation/stragglers/nics/bandwidth", "", "is required (the share of the NIC's bandwidth left, e.g. 0.5)");
+    q.finish();
+  }
+  g.host_jitter = r.number({"host_jitter"}, 0.0, 0.0, 1.0);
+  const bool random = g.host_jitter > 0 || (g.nic_flapping > 0 && g.nic_flapping < 1);
+  g.steps = static_cast<int>(r.integer({"steps"}, random ? 16 : 1, 1, 1000));
+  r.finish();
+}
+
 /// The simulation section.
 void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
   // Host dispatch follows the device's calibrated host time per operator unless the scenario
@@ -578,6 +633,7 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
     s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
     s.simulation.port_sharing = r.boolean({"port_sharing"}, true);
+    if (const auto* st = r.get({"stragglers"})) parse_stragglers(*st, s, diag);
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
       s.simulation.launch_overhead = q.opt_quantity({"launch_overhead"}, Dimension::Seconds).value_or(s.simulation.launch_overhead);

@@ -164,8 +164,26 @@ struct ExpertLoad {
   std::vector<std::vector<double>> layer_rank_share;
 };
 
+/// A device that gates the simulated pipeline column at one stage (simulation.stragglers).
+struct StragglerGate {
+  int stage = 0;
+  long long device = 0;        ///< global rank (stage x block + local)
+  double slowdown = 1.0;       ///< its kernels take this many times as long
+  double nic_bandwidth = 1.0;  ///< share of its NIC's bandwidth left
+};
+
+/// The stragglers of the simulated step (strategies/src/lower/stragglers.hpp says how they
+/// are drawn and which ranks are followed).
+struct StragglerInfo {
+  bool active = false;  ///< a column was slowed: its gating ranks were simulated
+  int slow_devices = 0, slow_nics = 0;  ///< this step, over the whole cluster (jitter not counted)
+  int column_size = 1;                  ///< positions a tensor/context/expert-parallel column couples
+  std::vector<StragglerGate> gates;     ///< the simulated column's gating devices, by stage
+};
+
 struct Lowered {
   sim::TaskGraph graph;
+  StragglerInfo stragglers;
   std::vector<SimRank> ranks;
   std::vector<StageInfo> stages;
   std::vector<double> executed_flops;  ///< per simulated rank, one step (incl. recompute)

@@ -69,6 +69,25 @@ std::optional<ErrorBand> error_band_for(const std::string& cluster_preset);
 /// The band as results print it in JSON ("step_time_error_band").
 nlohmann::json to_json(const ErrorBand& b);
 
+/// simulation.stragglers: what slowed the step (the simulated column's gating devices and the
+/// collectives they hold back) and, over several steps, the distribution of step times.
+struct StragglerResult {
+  struct Gate {
+    int stage = 0;
+    long long device = 0;
+    double slowdown = 1.0, nic_bandwidth = 1.0;
+    std::vector<std::string> gates;  ///< the collectives it holds back
+    double wait_s = 0;               ///< what its stage's other devices spent waiting for it (one step)
+  };
+  int slow_devices = 0, slow_nics = 0;  ///< of the reported step
+  int column_size = 1;
+  std::vector<Gate> gates;
+  double ideal_step_s = 0;             ///< the same step with nothing slow
+  std::vector<double> step_times_s;    ///< every step simulated, in order
+  double mean_s = 0, p50_s = 0, p99_s = 0, min_s = 0, max_s = 0;
+  int reported_step = 0;               ///< the step the rest of the result describes (nearest the mean)
+};
+
 struct Result {
   bool feasible = true;
   std::string infeasible_reason;
@@ -108,6 +127,7 @@ struct Result {
   double wall_s = 0;
   /// simulate(..., memory_detail = true): every term of the largest stage's memory.
   std::optional<MemoryDetail> memory_detail;
+  std::optional<StragglerResult> stragglers;
 };
 
 /// Everything a run produced: the result, and the graph and run for traces and reports.

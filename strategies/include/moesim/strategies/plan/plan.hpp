@@ -188,6 +188,28 @@ struct PlacementSpec {
 /// model (always at fast fidelity and when screening plans in a search).
 enum class NetworkModel : std::uint8_t { Flow, Analytical };
 
+/// Devices and links that are not ideal (`simulation.stragglers`), all drawn deterministically
+/// from the scenario's seed: slow devices (thermal throttling, a weak HBM) whose kernels take
+/// `slowdown` times as long; slow NICs whose transfers leaving the server run at `nic_bandwidth`
+/// of the link (each step slow with probability `nic_flapping`: 1 — always — unless given); and
+/// host jitter, every device's compute slowed each step by a half-normal factor 1 + |N(0, s)|.
+/// With randomness per step (jitter, flapping), `steps` steps are simulated for a distribution.
+struct Stragglers {
+  double device_fraction = 0;           ///< of the devices, drawn from the seed
+  std::vector<long long> devices;       ///< listed device ids (global ranks: stage x block + local)
+  double slowdown = 1.0;                ///< >= 1
+  double nic_fraction = 0;
+  std::vector<long long> nics;          ///< listed device ids whose NIC is slow
+  double nic_bandwidth = 1.0;           ///< (0, 1]: share of the NIC's bandwidth left
+  double nic_flapping = 1.0;            ///< probability per step that a slow NIC is slow
+  double host_jitter = 0;               ///< relative standard deviation, per device and step
+  int steps = 1;
+  [[nodiscard]] bool any() const {
+    return ((device_fraction > 0 || !devices.empty()) && slowdown > 1.0) ||
+           ((nic_fraction > 0 || !nics.empty()) && nic_bandwidth < 1.0 && nic_flapping > 0) || host_jitter > 0;
+  }
+};
+
 struct SimulationOptions {
   Fidelity fidelity = Fidelity::Balanced;
   NetworkModel network = NetworkModel::Flow;
@@ -202,6 +224,8 @@ struct SimulationOptions {
   /// Different collectives overlapping in time on one rank's port (scale-up or NIC) share it
   /// (balanced and full fidelity; fast fidelity times each collective alone).
   bool port_sharing = true;
+  Stragglers stragglers;
+  int step_index = 0;  ///< which step of a multi-step straggler run this is (set by simulate)
 };
 
 /// The software stack a scenario names (`software`: a models/presets/software preset or an
