@@ -1,10 +1,13 @@
 // Real clusters are not ideal (issue 18): stragglers and slow links.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
+#include "moesim/models/workload.hpp"
 #include "moesim/strategies/output/simulate.hpp"
+#include "moesim/strategies/search/goodput.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -127,4 +130,83 @@ TEST_CASE("stragglers: bad input is named with its path and constraint", "[strag
     CHECK(all.find("/simulation/stragglers/nics/bandwidth: is required") != std::string::npos);
     CHECK(all.find("/simulation/stragglers/steps") != std::string::npos);
   }
+}
+
+// ---- failures and checkpoints (strategies/search/goodput.hpp) ---------------------------------
+
+TEST_CASE("goodput: without failures a run only pays its checkpoints", "[goodput]") {
+  GoodputInputs in;
+  in.work_s = 1000;
+  in.step_s = 1;
+  in.interval_s = 100;
+  in.block_s = 2;
+  // Ten intervals, a checkpoint after each but the last: 1000 + 9 x 2.
+  GoodputResult g = expected_goodput(in);
+  CHECK(g.wall_s == Approx(1018));
+  CHECK(g.goodput == Approx(1000.0 / 1018));
+  CHECK(g.failures == 0);
+  CHECK(g.checkpoint_share == Approx(18.0 / 1018));
+  // Asynchronous with a persist longer than the interval (130 s): from the second checkpoint
+  // on, each waits 30 s for the previous one to be durable: 1000 + 9 x 2 + 8 x 30.
+  in.persist_s = 130;
+  g = expected_goodput(in);
+  CHECK(g.wall_s == Approx(1000 + 18 + 240));
+}
+
+TEST_CASE("goodput: failures and restarts follow the exponential law", "[goodput]") {
+  // One interval of work tau, failures at rate l, a restart R after each, no checkpoint: the
+  // expected time is (1/l + R)(e^(l tau) - 1) (the classical result for restarts from the
+  // beginning). l = 1/1000 s, tau = 1000 s, R = 100 s: 1100 x (e - 1) = 1890.1 s.
+  GoodputInputs in;
+  in.work_s = 1000;
+  in.step_s = 1;
+  in.interval_s = 1000;
+  in.failure_rate_per_s = 1e-3;
+  in.restart_s = 100;
+  in.trials = 20000;
+  const GoodputResult g = expected_goodput(in);
+  CHECK(g.wall_s == Approx(1100 * (std::exp(1.0) - 1)).epsilon(0.02));
+  CHECK(g.failures == Approx(std::exp(1.0) - 1).epsilon(0.03));  // e^(l tau) - 1 attempts fail
+}
+
+TEST_CASE("goodput: the best interval is Young's where failures are rare against the checkpoint", "[goodput]") {
+  // Young (1974): tau* = sqrt(2 delta / l) when delta << 1/l. delta = 10 s, l = 1 / 20,000 s:
+  // tau* = 632 s; the goodput there is about 1 - sqrt(2 delta l) = 96.8%.
+  GoodputInputs in;
+  in.work_s = 30 * 86400.0;
+  in.step_s = 1;
+  in.block_s = 10;
+  in.failure_rate_per_s = 1.0 / 20000;
+  in.trials = 100;
+  const GoodputResult g = expected_goodput(in);
+  CHECK(g.young_interval_s == Approx(std::sqrt(2 * 10 * 20000.0)));
+  CHECK(g.interval_s > 0.6 * g.young_interval_s);
+  CHECK(g.interval_s < 1.7 * g.young_interval_s);
+  CHECK(g.goodput == Approx(1 - std::sqrt(2 * 10 / 20000.0)).epsilon(0.01));
+  for (const auto& [tau, gp] : g.curve) CHECK(gp <= g.goodput + 1e-12);  // the best of those tried
+}
+
+TEST_CASE("goodput: the plan's inputs come from the scenario, each traceable", "[goodput]") {
+  nlohmann::json j = dense();
+  Scenario s = load_scenario(j, "t.json", "");
+  REQUIRE(s.reliability.enabled);
+  CHECK(s.reliability.name == "llama3-405b-h100");
+  CHECK(s.reliability.device_mtbf_s == Approx(86300 * 3600.0));
+  CHECK(s.reliability.sources.size() == 6);  // every value but the interval (optimised) has a source
+  // 16 devices on 2 servers: 16 / 86,300 h + 2 / 15,300 h.
+  const GoodputInputs in = goodput_inputs(s, 16, 1e6, 1.0);
+  CHECK(in.failure_rate_per_s * 3600 == Approx(16 / 86300.0 + 2 / 15300.0));
+  // Checkpoint: BF16 weights and FP32 master weights and Adam moments, 14 bytes a parameter;
+  // each device copies its 1/16 share to host memory, storage takes it at 1 TB/s.
+  const double bytes = checkpoint_bytes(s);
+  CHECK(bytes == Approx(14.0 * models::build_workload(s.model, s.training.seq_length, s.training.workload).params_total));
+  CHECK(in.block_s == Approx(bytes / 16 / s.cluster.device.host_bandwidth.value()));
+  CHECK(in.persist_s == Approx(bytes / 1e12));
+  CHECK(in.restart_s == Approx(600));
+  j["reliability"] = {{"device_mtbf", "1000h"}, {"restart_time", "2min"}};
+  s = load_scenario(j, "t.json", "");
+  CHECK(s.reliability.device_mtbf_s == Approx(1000 * 3600.0));
+  CHECK(s.reliability.node_mtbf_s == Approx(15300 * 3600.0));  // kept from the preset
+  j["reliability"] = "none";
+  CHECK_FALSE(load_scenario(j, "t.json", "").reliability.enabled);
 }

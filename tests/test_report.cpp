@@ -193,7 +193,11 @@ TEST_CASE("capacity: plan_capacity searches every size and reports the ones with
     REQUIRE(p.feasible);
     CHECK(p.best.simulated);
     CHECK(p.tokens_per_s == p.best.tokens_per_s);
-    CHECK(p.days == Approx(1e12 / p.tokens_per_s / 86400));
+    CHECK(p.days_failure_free == Approx(1e12 / p.tokens_per_s / 86400));
+    // The days count the expected failures (the default reliability preset): goodput below 1.
+    REQUIRE(p.reliability);
+    CHECK(p.goodput.goodput < 1.0);
+    CHECK(p.days == Approx(p.days_failure_free / p.goodput.goodput));
     CHECK(p.device_hours == Approx(p.devices * p.days * 24));
     // Every plan ranked at a size divides that size.
     const Plan& plan = p.best.plan;

@@ -43,7 +43,7 @@ struct Unit {
 };
 
 // Units after the prefix. Order matters only for readability; matching is exact.
-constexpr std::array<Unit, 16> kUnits{{
+constexpr std::array<Unit, 19> kUnits{{
     {"B/s", Dimension::BytesPerSecond, 1.0, true},
     {"Bps", Dimension::BytesPerSecond, 1.0, true},
     {"bps", Dimension::BytesPerSecond, 0.125, true},
@@ -60,6 +60,9 @@ constexpr std::array<Unit, 16> kUnits{{
     {"us", Dimension::Seconds, 1e-6, false},
     {"ns", Dimension::Seconds, 1e-9, false},
     {"ps", Dimension::Seconds, 1e-12, false},
+    {"min", Dimension::Seconds, 60.0, false},
+    {"h", Dimension::Seconds, 3600.0, false},
+    {"d", Dimension::Seconds, 86400.0, false},
 }};
 
 }  // namespace

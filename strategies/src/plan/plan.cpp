@@ -620,6 +620,72 @@ void parse_stragglers(const nlohmann::json& j, Scenario& s, Diagnostics& diag) {
   r.finish();
 }
 
+/// The reliability section: a preset name, an object (with an optional "preset" whose values
+/// it overrides), or "none"; absent: the default preset.
+void parse_reliability(const nlohmann::json* spec, Scenario& s, Diagnostics& diag) {
+  const std::string at = "/reliability";
+  constexpr const char* kDefault = "llama3-405b-h100";
+  Reliability& rel = s.reliability;
+  if (spec != nullptr && spec->is_string() && spec->get<std::string>() == "none") {
+    rel = Reliability{};
+    rel.enabled = false;
+    rel.name = "none";
+    return;
+  }
+  std::string preset = kDefault;
+  if (spec != nullptr && spec->is_string()) preset = spec->get<std::string>();
+  else if (spec != nullptr && spec->is_object()) preset = spec->value("preset", std::string(kDefault));
+  else if (spec != nullptr) {
+    diag.error(at, json_brief(*spec), "must be a reliability preset name, an object or \"none\"");
+    return;
+  }
+  auto base = models::preset_json("reliability", preset);
+  if (!base) {
+    std::string known;
+    for (const auto& n : models::preset_names("reliability")) known += (known.empty() ? "" : ", ") + n;
+    diag.error(spec != nullptr && spec->is_object() ? at + "/preset" : at, "\"" + preset + "\"",
+               "is not a reliability preset. Known: " + known + " (or \"none\")");
+    return;
+  }
+  Diagnostics pd("models/presets/reliability/" + preset + ".json");
+  const auto sources = strip_sources(*base, "", pd);
+  for (const auto& x : pd.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);
+  nlohmann::json merged = std::move(*base);
+  std::vector<std::string> given;
+  if (spec != nullptr && spec->is_object()) {
+    for (const auto& [k, v] : spec->items())
+      if (k != "preset") given.push_back(k);
+    nlohmann::json patch = *spec;
+    patch.erase("preset");
+    merged.merge_patch(patch);
+  }
+  ObjectReader r(merged, at, diag);
+  rel.enabled = true;
+  rel.name = given.empty() ? preset : preset + " (with the scenario's values)";
+  r.ignore({"name", "description"});
+  auto secs = [&](const char* key) { return r.opt_quantity({key}, Dimension::Seconds).value_or(0.0); };
+  rel.device_mtbf_s = secs("device_mtbf");
+  rel.node_mtbf_s = secs("node_mtbf");
+  rel.restart_s = secs("restart_time");
+  rel.checkpoint_interval_s = secs("checkpoint_interval");
+  rel.checkpoint_async = r.boolean({"checkpoint_async"}, true);
+  rel.storage_write_bandwidth = r.opt_quantity({"storage_write_bandwidth"}, Dimension::BytesPerSecond, 1.0).value_or(0.0);
+  rel.storage_read_bandwidth =
+      r.opt_quantity({"storage_read_bandwidth"}, Dimension::BytesPerSecond, 1.0).value_or(rel.storage_write_bandwidth);
+  if (rel.storage_write_bandwidth <= 0)
+    diag.error(at + "/storage_write_bandwidth", "", "is required (aggregate bandwidth of the checkpoint store, e.g. \"1TB/s\")");
+  r.finish();
+  for (const char* key : {"device_mtbf", "node_mtbf", "checkpoint_async", "storage_write_bandwidth",
+                          "storage_read_bandwidth", "restart_time", "checkpoint_interval"}) {
+    if (std::find(given.begin(), given.end(), key) != given.end()) {
+      rel.sources.emplace_back(key, "given in the scenario");
+      continue;
+    }
+    for (const auto& [ptr, src] : sources)
+      if (ptr == std::string("/") + key) rel.sources.emplace_back(key, src);
+  }
+}
+
 /// The simulation section.
 void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
   // Host dispatch follows the device's calibrated host time per operator unless the scenario
@@ -779,6 +845,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
     s.software.applied.push_back("host dispatch: graphs (no host time per operator)");
   }
   s.seed = static_cast<std::uint64_t>(root.integer({"seed"}, 1, 0, INT64_MAX));
+  parse_reliability(root.get({"reliability"}), s, diag);
   root.has({"search"});        // read by parse_search_space when searching
   root.has({"model_search"});  // read by parse_model_search (architecture search)
   root.ignore({"description", "name", "_comment", "_source"});

@@ -168,12 +168,22 @@ void evaluate_capacity(CapacityReport& r) {
     p.tokens_per_s_per_device = p.tokens_per_s / p.devices;
     p.mfu = p.best.mfu;
     p.train_s = r.train_tokens / p.tokens_per_s;
-    p.days = p.train_s / kSecondsPerDay;
-    p.device_hours = p.devices * p.train_s / kSecondsPerHour;
-    p.meets_deadline = r.deadline_s > 0 && p.train_s <= r.deadline_s;
+    p.goodput = GoodputResult{};
+    if (p.reliability) {
+      GoodputInputs in = *p.reliability;
+      in.work_s = p.train_s;
+      in.step_s = p.best.step_time_s;
+      p.goodput = expected_goodput(in);
+    }
+    p.wall_s = p.goodput.goodput > 0 ? p.train_s / p.goodput.goodput : p.train_s;
+    p.days = p.wall_s / kSecondsPerDay;
+    p.device_hours = p.devices * p.wall_s / kSecondsPerHour;
+    p.days_failure_free = p.train_s / kSecondsPerDay;
+    p.device_hours_failure_free = p.devices * p.train_s / kSecondsPerHour;
+    p.meets_deadline = r.deadline_s > 0 && p.wall_s <= r.deadline_s;
     if (p.meets_deadline && !r.answer) r.answer = i;
     // Strictly better only: ties keep the smaller cluster.
-    if (!r.fastest || p.train_s < r.points[*r.fastest].train_s) r.fastest = i;
+    if (!r.fastest || p.wall_s < r.points[*r.fastest].wall_s) r.fastest = i;
     if (!r.cheapest || p.device_hours < r.points[*r.cheapest].device_hours) r.cheapest = i;
   }
 }
@@ -194,6 +204,8 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
   if (!problems.empty()) throw ConfigError(problems);
 
   CapacityReport r;
+  r.reliability = base.reliability;
+  r.checkpoint_bytes = checkpoint_bytes(base);
   r.train_tokens = opt.train_tokens;
   r.deadline_s = opt.deadline_s;
   r.batch = opt.batch;
@@ -238,6 +250,11 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
     } else {
       p.feasible = true;
       p.best = rep.ranked.front();
+      if (base.reliability.enabled) {
+        Scenario with_plan = sc;
+        with_plan.plan = p.best.plan;
+        p.reliability = goodput_inputs(with_plan, n, 0.0, p.best.step_time_s);
+      }
     }
     r.points.push_back(std::move(p));
   }
@@ -248,6 +265,21 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
 nlohmann::json to_json(const CapacityReport& r) {
   nlohmann::json j;
   j["train_tokens"] = r.train_tokens;
+  if (r.reliability.enabled) {
+    nlohmann::json src = nlohmann::json::object();
+    for (const auto& [k, v] : r.reliability.sources) src[k] = v;
+    j["reliability"] = {{"name", r.reliability.name},
+                        {"device_mtbf_h", r.reliability.device_mtbf_s / 3600},
+                        {"node_mtbf_h", r.reliability.node_mtbf_s / 3600},
+                        {"checkpoint_async", r.reliability.checkpoint_async},
+                        {"checkpoint_bytes", r.checkpoint_bytes},
+                        {"storage_write_bandwidth", r.reliability.storage_write_bandwidth},
+                        {"storage_read_bandwidth", r.reliability.storage_read_bandwidth},
+                        {"restart_s", r.reliability.restart_s},
+                        {"sources", src}};
+  } else {
+    j["reliability"] = nullptr;
+  }
   j["deadline_s"] = r.deadline_s > 0 ? nlohmann::json(r.deadline_s) : nlohmann::json(nullptr);
   j["deadline_days"] = r.deadline_s > 0 ? nlohmann::json(r.deadline_s / kSecondsPerDay) : nlohmann::json(nullptr);
   j["batch_scaling"] = r.batch == BatchScaling::Fixed ? "fixed" : "proportional";
@@ -278,8 +310,28 @@ nlohmann::json to_json(const CapacityReport& r) {
       e["peak_memory_bytes"] = p.best.peak_memory_bytes;
       e["bottleneck"] = p.best.bottleneck;
       e["train_s"] = p.train_s;
+      e["wall_s"] = p.wall_s;
       e["days"] = p.days;
       e["device_hours"] = p.device_hours;
+      e["days_failure_free"] = p.days_failure_free;
+      e["device_hours_failure_free"] = p.device_hours_failure_free;
+      if (p.reliability) {
+        const GoodputInputs& in = *p.reliability;
+        nlohmann::json curve = nlohmann::json::array();
+        for (const auto& [tau, g] : p.goodput.curve) curve.push_back({tau, g});
+        e["goodput"] = {{"goodput", p.goodput.goodput},
+                        {"checkpoint_interval_s", p.goodput.interval_s},
+                        {"young_interval_s", p.goodput.young_interval_s},
+                        {"failures", p.goodput.failures},
+                        {"failure_rate_per_hour", in.failure_rate_per_s * 3600},
+                        {"checkpoint_block_s", in.block_s},
+                        {"checkpoint_persist_s", in.persist_s},
+                        {"restart_s", in.restart_s},
+                        {"checkpoint_read_s", in.read_s},
+                        {"checkpoint_share", p.goodput.checkpoint_share},
+                        {"lost_share", p.goodput.lost_share},
+                        {"curve", curve}};
+      }
       e["meets_deadline"] = r.deadline_s > 0 ? nlohmann::json(p.meets_deadline) : nlohmann::json(nullptr);
     }
     pts.push_back(std::move(e));

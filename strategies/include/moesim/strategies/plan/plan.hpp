@@ -238,6 +238,23 @@ struct SoftwareStack {
   std::vector<std::string> applied;  ///< the defaults it set, "key=value"
 };
 
+/// Failures and checkpoints (the scenario's `reliability` section; by default the
+/// models/presets/reliability/llama3-405b-h100.json preset; "none" turns it off): what a
+/// capacity plan's goodput comes from.
+struct Reliability {
+  bool enabled = true;
+  std::string name;                  ///< the preset, or "custom"
+  double device_mtbf_s = 0;          ///< one failure per this many device-seconds (0: none)
+  double node_mtbf_s = 0;            ///< one failure per this many server-seconds (0: none)
+  bool checkpoint_async = true;      ///< two-phase: to host memory (blocking), then to storage
+  double storage_write_bandwidth = 0;  ///< B/s, aggregate
+  double storage_read_bandwidth = 0;   ///< B/s, aggregate
+  double restart_s = 0;              ///< detecting, replacing, restarting (before reading)
+  double checkpoint_interval_s = 0;  ///< 0: the interval that maximises goodput
+  /// Every value's source, by key (from the preset or "given in the scenario").
+  std::vector<std::pair<std::string, std::string>> sources;
+};
+
 struct Scenario {
   std::string file = "<inline>";
   nlohmann::json document;  ///< the effective scenario (after --set overrides)
@@ -251,6 +268,7 @@ struct Scenario {
   SimulationOptions simulation;
   SoftwareStack software;
   std::uint64_t seed = 1;
+  Reliability reliability;
   /// Every file the scenario was read from (itself, a model config.json, a routing histogram):
   /// an output path may not be one of them.
   [[nodiscard]] std::vector<std::string> input_files() const {

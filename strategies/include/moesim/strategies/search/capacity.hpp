@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/search/goodput.hpp"
 #include "moesim/strategies/search/search.hpp"
 
 namespace moesim::strategies {
@@ -73,13 +74,22 @@ struct CapacityPoint {
   double tokens_per_s = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;
-  double train_s = 0;          ///< train_tokens / tokens_per_s
-  double days = 0;             ///< train_s / 86400
-  double device_hours = 0;     ///< devices x train_s / 3600
-  bool meets_deadline = false;
+  double train_s = 0;          ///< train_tokens / tokens_per_s: without failures
+  double days = 0;             ///< wall_s / 86400
+  double device_hours = 0;     ///< devices x wall_s / 3600
+  bool meets_deadline = false;  ///< by wall_s
+  /// Failures and checkpoints (set by plan_capacity from the scenario's reliability section;
+  /// absent: none), and what they make of train_s.
+  std::optional<GoodputInputs> reliability;
+  GoodputResult goodput;        ///< goodput 1 without failures
+  double wall_s = 0;            ///< expected wall time: train_s / goodput
+  double days_failure_free = 0;
+  double device_hours_failure_free = 0;
 };
 
 struct CapacityReport {
+  Reliability reliability;     ///< the assumptions behind every point's goodput
+  double checkpoint_bytes = 0;
   double train_tokens = 0;
   double deadline_s = 0;
   BatchScaling batch = BatchScaling::Fixed;
