@@ -59,6 +59,9 @@ std::string format_plan_line(const strategies::Scenario& s) {
   if (p.tp_comm_overlap) extras += ", TP comm overlapped with GEMMs";
   if (!s.software.name.empty()) extras += ", software " + s.software.name;
   if (p.overlap_grad_reduce) extras += ", overlapped DP";
+  if (p.swap_activations > 0) extras += fmt::format(", {:.0f}% of activations swapped to host", 100 * p.swap_activations);
+  if (p.swap_optimizer) extras += ", optimizer states in host memory";
+  if (p.offload_weights) extras += ", weights in host memory (streamed per layer)";
   return fmt::format(
       "{} on {} x {} ({}{})\nplan: {} | mbs {}, {} micro-batches, seq {}, global batch {}, {}\n      {}", s.model_name,
       s.cluster.devices, s.cluster.device.name, s.cluster.name,
@@ -135,7 +138,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   row("pipeline bubble", b.bubble_s);
   if (r.stragglers) row("imbalance wait (stragglers)", b.imbalance_wait_s);
   else if (s.model.is_moe()) row("expert imbalance wait", b.imbalance_wait_s);
-  if (s.plan.swap_activations > 0 || s.plan.swap_optimizer) row("swap to host (exposed)", b.swap_s);
+  if (s.plan.swap_activations > 0 || s.plan.swap_optimizer || s.plan.offload_weights) row("swap to host (exposed)", b.swap_s);
   if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound_s);
   row("optimizer and other", b.other_s);
 
@@ -196,6 +199,7 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
   if (p.cp > 1 && p.cp_all_gather) t += " cp-ag";
   if (p.swap_activations > 0) t += fmt::format(" swap{:.0f}%", 100 * p.swap_activations);
   if (p.swap_optimizer) t += " swap-opt";
+  if (p.offload_weights) t += " offload-w";
   // The schedule, where it is not the one the virtual stages imply (1F1B / interleaved).
   if (!strategies::schedule_traits(p.schedule).automatic) t += std::string(" ") + strategies::schedule_name(p.schedule);
   return t;

@@ -84,6 +84,8 @@ class Emitter {
   void reduce_item_gradients(StageState& ss, const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks);
   void sharded_parameters(const StageState& ss, const PipeOp& op, const Program& prog,
                           const std::vector<sim::TaskId>& tasks);
+  void offloaded_weights(const StageState& ss, const PipeOp& op, const Program& prog,
+                         const std::vector<sim::TaskId>& tasks);
   void emit_sends();
   void emit_step_end(int stage);
   std::vector<sim::TaskId> emit_optimizer(int stage, double shard);
@@ -459,7 +461,8 @@ Emitter::TaskLists Emitter::emit_dp(int stage, double params_dense, double param
       gather ? Collective::AllGather : (p_.distributed_optimizer ? Collective::ReduceScatter : Collective::AllReduce);
   for (auto [params, g] : {std::pair{params_dense, GroupKind::Dp}, std::pair{params_expert, GroupKind::Edp}}) {
     if (params <= 0 || in_.net.shape(g).size <= 1) continue;
-    const int buckets = whole ? 1 : std::max(1, static_cast<int>(std::ceil(params / kGradientBucketParams)));
+    const int group = in_.net.shape(g).size;
+    const int buckets = whole ? 1 : std::max(1, static_cast<int>(std::ceil(params / gradient_bucket_params(group))));
     const Step st = in_.net.step(g, op, params / buckets * bytes_per_param, kDpComm, stream,
                                  builder_.label(label + (g == GroupKind::Edp ? ".expert" : "")), buckets);
     if (st.duration == 0) continue;
@@ -563,10 +566,43 @@ void Emitter::finish_op(StageState& ss, const PipeOp& op, const Program& prog, c
     }
   }
   if (op.phase == Phase::Forward) ss.first_fwd_seen[op.chunk] = true;
+  if (p_.offload_weights && op.phase != Phase::WeightGrad) offloaded_weights(ss, op, prog, tasks);
   if (p_.dp_sharding == DpSharding::Full) {
     sharded_parameters(ss, op, prog, tasks);
   } else if (op.phase == grads_done_ && p_.overlap_grad_reduce && op.microbatch == ss.last_bwd_mb[op.chunk]) {
     reduce_item_gradients(ss, op, prog, tasks);
+  }
+}
+
+// Weights in host memory: before a forward or backward runs an item, its weights come over the
+// host link (the stage's host-to-device stream, behind any swap-ins queued there) into one of
+// two buffers — the copy for item k waits until item k - 2 of the same pass has finished with
+// its buffer, and item k waits for its copy. The weight gradient pass needs no weights.
+void Emitter::offloaded_weights(const StageState& ss, const PipeOp& op, const Program& prog,
+                                const std::vector<sim::TaskId>& tasks) {
+  const int stage = ss.stage;
+  const auto& items = in_.stages[stage].chunk_items[op.chunk];
+  const int n = static_cast<int>(items.size());
+  int entry = 0;
+  while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
+  const bool forward = op.phase == Phase::Forward;
+  const double wb = weight_bytes_per_param(in_.scenario.training.precision, p_);
+  for (int j = 0; j < n; ++j) {
+    const int k = forward ? j : n - 1 - j;
+    const int before = forward ? k - 1 : k + 1;
+    const int begin = j == 0 ? entry : prog.item_end[before] + 1;
+    if (begin < 0 || begin >= static_cast<int>(prog.steps.size())) continue;
+    const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
+    const Tick copy_ticks = to_ticks(Seconds{(pd + pe) * wb / host_bw_});
+    if (copy_ticks <= 0) continue;
+    const int two_before = forward ? k - 2 : k + 2;
+    for (int l = 0; l < per_stage_; ++l) {
+      const sim::TaskId t = builder_.add_task(copy_ticks, kSwap, builder_.label("weights_in." + item_prefix(in_.workload.items[items[k]])),
+                                              op.microbatch, {stream_of(stage, l, Stream::HostIn)});
+      builder_.depend(t, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
+      if (j >= 2 && prog.item_end[two_before] >= 0)
+        builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[two_before]) * per_stage_ + l], t);
+    }
   }
 }
 

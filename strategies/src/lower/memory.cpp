@@ -24,6 +24,13 @@ MemoryBreakdown stage_memory(const Plan& p, int edp, models::Precision precision
     mem.weights_bytes = std::min(params, shard + gathered) * wb;
     mem.gradients_bytes = accumulate_unsharded ? params * gb : std::min(params, shard + item) * gb;
   }
+  if (p.offload_weights) {
+    // Two items' weights on the device (the one running and the next one arriving); the rest
+    // in host memory.
+    const double resident = std::min(params, 2.0 * in.largest_item_params) * wb;
+    mem.swapped_bytes += mem.weights_bytes - resident;
+    mem.weights_bytes = resident;
+  }
   mem.optimizer_bytes = adam_state_bytes_per_param(p) * shard;
   if (p.swap_optimizer) {
     // Optimizer states live in host memory; one gradient bucket's states are on the device

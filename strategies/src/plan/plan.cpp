@@ -127,6 +127,7 @@ void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.shared_expert_overlap = r.boolean({"moe_shared_expert_overlap", "moe_alltoall_overlap_comm"}, false);
   p.swap_activations = r.number({"swap_activations"}, 0.0, 0.0, 1.0);
   p.swap_optimizer = r.boolean({"swap_optimizer"}, false);
+  p.offload_weights = r.boolean({"offload_weights"}, false);
   p.grad_reduce_in_bf16 = r.boolean({"grad_reduce_in_bf16"}, false);
   // Megatron's precision-aware optimizer: the Adam moments' and master weights' dtypes.
   auto dtype_bytes = [&](const char* key, const char* def, std::initializer_list<std::string_view> allowed) {
@@ -716,6 +717,13 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
 
 /// Swapping needs the device-host bandwidth, fp8 the device's FP8 peak (and FP8 weights an FP8 recipe).
 void check_device_support(const Scenario& s, Diagnostics& diag) {
+  if (s.plan.offload_weights && s.plan.dp_sharding != DpSharding::OptimizerGradients && s.plan.dp_sharding != DpSharding::Full)
+    diag.error("/parallelism/offload_weights", "true",
+               "needs the gradients sharded as they are produced (data_parallel_sharding_strategy \"optim_grads\" or "
+               "\"optim_grads_params\"): unsharded gradients of weights kept in host memory would not fit either");
+  if (s.plan.offload_weights && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
+    diag.error("/parallelism/offload_weights", "true",
+               "needs the device-host bandwidth (\"host_bandwidth\"), which device " + s.cluster.device.name + " does not have");
   if ((s.plan.swap_activations > 0 || s.plan.swap_optimizer) && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
     diag.error(s.plan.swap_activations > 0 ? "/parallelism/swap_activations" : "/parallelism/swap_optimizer",
                s.plan.swap_activations > 0 ? std::to_string(s.plan.swap_activations) : "true",

@@ -59,8 +59,9 @@ struct ItemCost {
 /// Per stage, one micro-batch through all its chunks.
 struct StageSums {
   /// Per (stage * vpp + chunk): forward, whole backward, its weight gradients, F&B pair,
-  /// dense and expert parameters, items, saved activations (one micro-batch).
-  std::vector<double> cf, cb, cw, cpair, cpd, cpe, citems, cact;
+  /// dense and expert parameters, items, saved activations (one micro-batch), weights copied in
+  /// from host memory for one pass (offload_weights).
+  std::vector<double> cf, cb, cw, cpair, cpd, cpe, citems, cact, ccopy;
   std::vector<double> F, B, pair, compute, wgrad, act_chunk_max, act_sum, transient, params_dense, params_expert, item_params_max;
   double compute_total = 0, comm_total = 0;  ///< stage 0, per micro-batch
   std::array<double, kNumCats> comm_cat{};   ///< stage 0, per micro-batch
@@ -73,6 +74,7 @@ struct StageSums {
         cpe(cf),
         citems(cf),
         cact(cf),
+        ccopy(cf),
         F(pp, 0.0), B(pp, 0.0), pair(pp, 0.0), compute(pp, 0.0), wgrad(pp, 0.0), act_chunk_max(pp, 0.0), act_sum(pp, 0.0),
         transient(pp, 0.0), params_dense(pp, 0.0), params_expert(pp, 0.0), item_params_max(pp, 0.0) {}
 };
@@ -123,6 +125,7 @@ class Screen {
   double peak_memory(const StageSums& ss, const Plan& p) const;
   bool least_swap(const StageSums& ss, double capacity, Plan& p) const;
   double swap_in_s(const StageSums& ss, std::size_t chunk) const;
+  double weight_copy_s(const ItemCost& c) const;
   double optimizer_fetch_s(const StageSums& ss, int st) const;
   double dp_exposed(const StageSums& ss) const;
   double dp_coll(GroupKind g, Collective c, double params, double bytes_per_param) const;
@@ -207,6 +210,7 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
       ss.pair[st] += pairs_forward_backward(p_.schedule) ? c.pair_balanced_s : c.pair_s;
       ss.cf[sc] += c.fwd_s;
       ss.cb[sc] += c.bwd_s;
+      ss.ccopy[sc] += weight_copy_s(c);
       ss.cw[sc] += c.wgrad_s;
       ss.cpd[sc] += c.params_dense;
       ss.cpe[sc] += c.params_expert;
@@ -228,6 +232,13 @@ StageSums Screen::stage_sums(const std::vector<int>& counts) {
     }
     ss.act_chunk_max[st] = std::max(ss.act_chunk_max[st], act);
     ss.act_sum[st] += act;
+    if (p_.offload_weights) {  // the copies the chunk's own pass does not cover
+      const double xf = std::max(0.0, ss.ccopy[sc] - ss.cf[sc]), xb = std::max(0.0, ss.ccopy[sc] - ss.cb[sc]);
+      ss.cf[sc] += xf;
+      ss.cb[sc] += xb;
+      ss.F[st] += xf;
+      ss.B[st] += xb;
+    }
   }
   return ss;
 }
@@ -257,11 +268,17 @@ double Screen::peak_memory(const StageSums& ss, const Plan& p) const {
 }
 
 /// The least swapping that makes the plan fit, as MindSpeed offers it: activations in quarters
-/// (memory is linear in the fraction, so the needed one is solved for, then rounded up), and the
-/// optimizer states too only when all the activations are not enough. False: nothing fits.
+/// (memory is linear in the fraction, so the needed one is solved for, then rounded up), the
+/// optimizer states too only when all the activations are not enough, and the weights last
+/// (with the gradients sharded). False: nothing fits.
 bool Screen::least_swap(const StageSums& ss, double capacity, Plan& p) const {
-  for (const bool opt : {false, true}) {
-    p.swap_optimizer = opt;
+  const DpSharding sharding = p.dp_sharding;
+  for (const int level : {0, 1, 2}) {
+    // 0: activations; 1: and the optimizer states; 2: and the weights (ZeRO-Infinity style,
+    // which needs the gradients sharded as they are produced).
+    p.swap_optimizer = level >= 1;
+    p.offload_weights = level >= 2;
+    p.dp_sharding = level >= 2 && sharding != DpSharding::Full ? DpSharding::OptimizerGradients : sharding;
     p.swap_activations = 0;
     double need = 0;
     for (int st = 0; st < p_.pp; ++st) {
@@ -285,7 +302,7 @@ double Screen::dp_coll(GroupKind g, Collective c, double params, double bytes_pe
   const topologies::GroupShape& sh = net_.shape(g);
   const double bytes = params * bytes_per_param;
   if (sh.size <= 1 || bytes <= 0) return 0.0;
-  const double buckets = std::max(1.0, std::ceil(params / kGradientBucketParams));
+  const double buckets = std::max(1.0, std::ceil(params / gradient_bucket_params(sh.size)));
   const topologies::GroupPlacement where{&sh, {}, {}, {}};
   return buckets * cache_.network.collective(c, bytes / buckets, where, topologies::Algorithm::Auto, 1.0).time.value();
 }
@@ -383,6 +400,13 @@ search_detail::ReplayResult Screen::replayed(const StageSums& ss, double p2p,
   return search_detail::replay_pipeline(r, make_schedule(p_.schedule, p_.pp, p_.vpp, p_.num_microbatches, costs));
 }
 
+/// Copying an item's weights in from host memory for one pass (seconds; 0 without offload).
+double Screen::weight_copy_s(const ItemCost& c) const {
+  const double bw = s_.cluster.device.host_bandwidth.value();
+  if (!p_.offload_weights || bw <= 0) return 0.0;
+  return (c.params_dense + c.params_expert) * weight_bytes_per_param(s_.training.precision, p_) / bw;
+}
+
 /// Copying one micro-batch's swapped activations of a chunk back from host memory (seconds).
 double Screen::swap_in_s(const StageSums& ss, std::size_t chunk) const {
   const double bw = s_.cluster.device.host_bandwidth.value();
@@ -465,12 +489,14 @@ PlanEstimate Screen::run(bool replay, bool least) {
   e.fits = e.peak_memory_bytes <= e.capacity_bytes;
   e.swap_activations = p_.swap_activations;
   e.swap_optimizer = p_.swap_optimizer;
+  e.offload_weights = p_.offload_weights;
   if (least && !e.fits) {
     // The least swapping that fits, for the caller to estimate that plan; nothing timed here.
     Plan q = p_;
     if (least_swap(ss, e.capacity_bytes, q)) {
       e.swap_activations = q.swap_activations;
       e.swap_optimizer = q.swap_optimizer;
+      e.offload_weights = q.offload_weights;
       e.peak_memory_bytes = peak_memory(ss, q);
       e.fits = e.peak_memory_bytes <= e.capacity_bytes;
     }
@@ -556,12 +582,20 @@ Estimator::Estimator(const Scenario& base, const topologies::Topology& topo, con
 
 Estimator::~Estimator() = default;
 
+void apply_offload(Plan& p, bool offload_weights) {
+  p.offload_weights = offload_weights;
+  if (offload_weights && p.dp_sharding != DpSharding::Full) p.dp_sharding = DpSharding::OptimizerGradients;
+}
+
 PlanEstimate Estimator::estimate(const Plan& plan, bool replay, bool least_swap) {
   PlanEstimate e = Screen(base_, plan, topo_, w_, *cache_).run(replay, least_swap);
-  if (least_swap && e.fits && (e.swap_activations != plan.swap_activations || e.swap_optimizer != plan.swap_optimizer)) {
+  if (least_swap && e.fits &&
+      (e.swap_activations != plan.swap_activations || e.swap_optimizer != plan.swap_optimizer ||
+       e.offload_weights != plan.offload_weights)) {
     Plan swapped = plan;
     swapped.swap_activations = e.swap_activations;
     swapped.swap_optimizer = e.swap_optimizer;
+    apply_offload(swapped, e.offload_weights);
     e = Screen(base_, swapped, topo_, w_, *cache_).run(replay, false);
   }
   return e;

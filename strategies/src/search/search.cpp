@@ -39,7 +39,7 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "") << (p.fb_overlap ? "-fbov" : "")
      << (p.shared_expert_overlap ? "-seov" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "")
      << (p.swap_activations > 0 ? fmt::format("-swap{:g}", p.swap_activations) : std::string())
-     << (p.swap_optimizer ? "-swapopt" : "");
+     << (p.swap_optimizer ? "-swapopt" : "") << (p.offload_weights ? "-offw" : "");
   if (!schedule_traits(p.schedule).automatic) os << "-" << schedule_name(p.schedule);
   return os.str();
 }
@@ -82,6 +82,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
   if (p.fp8_param_gather) j["fp8_param_gather"] = true;
   if (p.swap_activations > 0) j["swap_activations"] = p.swap_activations;
   if (p.swap_optimizer) j["swap_optimizer"] = true;
+  if (p.offload_weights) j["offload_weights"] = true;
   switch (p.recompute) {
     case Recompute::None: break;
     case Recompute::Full:
@@ -190,7 +191,8 @@ const char* bottleneck_literal(const std::string& s) {
 nlohmann::json estimate_json(const Candidate& c) {
   return {c.score, c.est.step_s, c.est.tokens_per_s, c.est.mfu, c.est.peak_memory_bytes, c.est.capacity_bytes,
           c.est.compute_s, c.est.exposed_comm_s, c.est.bubble_s, c.est.dp_exposed_s, std::string(c.est.bottleneck),
-          c.plan.swap_activations, c.plan.swap_optimizer, c.est.swap_exposed_s, c.est.replayed, c.est.fits};
+          c.plan.swap_activations, c.plan.swap_optimizer, c.est.swap_exposed_s, c.est.replayed, c.est.fits,
+          c.est.offload_weights};
 }
 
 void read_estimate(const nlohmann::json& e, Candidate& c) {
@@ -210,6 +212,8 @@ void read_estimate(const nlohmann::json& e, Candidate& c) {
   c.est.swap_exposed_s = e[13];
   c.est.replayed = e[14].get<bool>();
   c.est.fits = e[15].get<bool>();
+  c.est.offload_weights = e[16].get<bool>();
+  apply_offload(c.plan, c.est.offload_weights);
 }
 
 /// Every process's screened candidates (and valid-plan counts) to every process: the plans are
@@ -263,6 +267,7 @@ std::vector<Candidate> screen_plans(const SearchContext& ctx, SearchReport& rep)
     c.est = estimators[worker]->estimate(c.plan, false, space.swap_auto);
     c.plan.swap_activations = c.est.swap_activations;  // the least that fits (swap "auto")
     c.plan.swap_optimizer = c.est.swap_optimizer;
+    apply_offload(c.plan, c.est.offload_weights);
     if (c.est.fits && c.est.step_s > 0) {
       c.score = objective_value(space.objective, c.est.tokens_per_s, c.est.mfu, ctx.devices, space.train_tokens);
       per_worker[worker].push_back(std::move(c));

@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 // The one memory model of a pipeline stage, used by the simulation (lower.cpp, with the
 // in-flight peak walked along the stage's generated schedule) and by the search screen (with
 // the schedule registry's closed form of the in-flight micro-batches). Its constants live here
@@ -21,6 +22,10 @@ inline constexpr double kAdamStateBytesPerParam = 12.0;
 inline constexpr double kMainGradBytesPerParam = 4.0;
 /// Parameters per gradient bucket (Megatron-LM's DDP default `bucket_size` = 40M parameters).
 inline constexpr double kGradientBucketParams = 40e6;
+/// Megatron-core's default bucket for a data-parallel group of `dp` ranks:
+/// max(40M, 1M x dp) parameters ("larger DP sizes need larger buckets to ensure collectives do
+/// not become latency-bound": megatron/core/distributed/distributed_data_parallel_config.py).
+[[nodiscard]] inline double gradient_bucket_params(int dp) { return std::max(kGradientBucketParams, 1e6 * dp); }
 /// Memory traffic of one Adam step per parameter of the local shard: read the FP32 master
 /// weight, main gradient, m and v (16 bytes); write master weight, m and v (12) and the BF16
 /// model copy (2); plus the gradient-norm / clipping pass that reads the gradient again (4):

@@ -133,6 +133,10 @@ struct Plan {
   /// MindSpeed --swap-optimizer: FP32 master weights and Adam moments kept in host memory,
   /// fetched over the device-host link for the optimizer step.
   bool swap_optimizer = false;
+  /// Weights in host memory (ZeRO-Infinity's and Calculon's weight offload): each item's
+  /// weights come over the host link before its forward and again before its backward, into
+  /// a double buffer (two items resident); needs gradients sharded (optim_grads or more).
+  bool offload_weights = false;
   // Pipeline layout: explicit decoder-layer counts per virtual stage, or a rule.
   std::string partition = "auto";       ///< "auto" (balance time), "even", or "explicit"
   std::vector<int> layers_per_stage;    ///< explicit: per virtual stage, pp*vpp entries

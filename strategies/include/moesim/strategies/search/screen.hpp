@@ -35,7 +35,11 @@ struct PlanEstimate {
   /// The swapping estimated: the plan's own, or with `least_swap` the least that fits.
   double swap_activations = 0;
   bool swap_optimizer = false;
+  bool offload_weights = false;  ///< and then the gradients sharded (apply_offload)
 };
+
+/// Weights offloaded (or not) as a plan needs them: with the gradients sharded as produced.
+void apply_offload(Plan& p, bool offload_weights);
 
 struct EstimatorCache;  ///< shapes and per-layer costs shared by the plans one thread screens
 
@@ -49,8 +53,8 @@ class Estimator {
   /// pipeline replayed pass by pass through the schedule's orders (per-chunk costs, the
   /// emitter's forward-backward pairs; ~50x the closed form's cost) instead of the closed-form
   /// fill and drain. `least_swap`: a plan over memory is estimated with the least swapping to
-  /// host memory that fits (activations in quarters, then the optimizer states too; the
-  /// estimate says which), the host copies charged.
+  /// host memory that fits (activations in quarters, then the optimizer states too, then the
+  /// weights; the estimate says which), the host copies charged.
   PlanEstimate estimate(const Plan& plan, bool replay = false, bool least_swap = false);
 
  private:
