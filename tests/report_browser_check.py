@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 
 SKIP = 77
 # Charts every report of a MoE scenario with a scaling sweep has (tools/cli/html_report.hpp).
-CHART_IDS = ["chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load", "chart-scaling"]
+CHART_IDS = ["chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load", "chart-scaling", "chart-goodput"]
 SHAPES = re.compile(r"<(rect|circle|polyline|line|path)\b")
 # Chromium's --enable-logging=stderr prints every page console message, whatever its level
 # (console.error included), as

@@ -1,6 +1,8 @@
 // Capacity planning (strategies/capacity) and the HTML report (tools/cli/html_report).
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -260,7 +262,7 @@ TEST_CASE("report: every chart is present, text is escaped, tags balance and out
   };
   const auto [html, ids] = render();
   CHECK(ids == std::vector<std::string>{"chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load",
-                                        "chart-scaling"});
+                                        "chart-scaling", "chart-goodput"});  // the default reliability preset
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
   for (const auto& id : ids) {
     const auto at = html.find("<svg id=\"" + id + "\"");
@@ -323,4 +325,33 @@ TEST_CASE("report: a model_search scenario gets an architecture table and chart"
   CHECK_THAT(html, Catch::Contains("id=\"chart-architecture\""));
   CHECK_THAT(html, Catch::Contains("active parameters, outside"));
   CHECK(tools::report_chart_ids(in).back() == "chart-architecture");
+}
+
+TEST_CASE("report: stragglers and failures get their section, charts and table", "[report][stragglers]") {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(kRoot + "/tests/scenarios/search_small_moe.json"));
+  j.erase("search");
+  j["simulation"]["stragglers"] = {{"devices", {{"list", {3}}, {"slowdown", 1.3}}}, {"host_jitter", 0.02}, {"steps", 4}};
+  const Scenario s = load_scenario(j, "t.json", "");
+  const Simulation sim = simulate(s);
+  CapacityOptions opt;
+  opt.train_tokens = 1e12;
+  opt.devices = {32};
+  opt.threads = 2;
+  opt.simulate_top = 2;
+  Scenario plain = s;
+  plain.simulation.stragglers = Stragglers{};
+  const CapacityReport cap = plan_capacity(plain, opt);
+  tools::HtmlReportInput in;
+  in.scenario = &s;
+  in.sim = &sim;
+  in.capacity = &cap;
+  const auto ids = tools::report_chart_ids(in);
+  CHECK(std::find(ids.begin(), ids.end(), "chart-step-times") != ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), "chart-goodput") != ids.end());
+  const std::string html = tools::render_html_report(in);
+  for (const auto& id : ids) CHECK(html.find("<svg id=\"" + id + "\"") != std::string::npos);
+  CHECK(html.find("<section id=\"reliability\">") != std::string::npos);
+  CHECK(html.find("holds back") != std::string::npos);
+  CHECK(html.find("Young") != std::string::npos);
+  CHECK(unbalanced(html).empty());
 }

@@ -721,6 +721,10 @@ void check_device_support(const Scenario& s, Diagnostics& diag) {
     diag.error("/parallelism/offload_weights", "true",
                "needs the gradients sharded as they are produced (data_parallel_sharding_strategy \"optim_grads\" or "
                "\"optim_grads_params\"): unsharded gradients of weights kept in host memory would not fit either");
+  if (s.plan.offload_weights && (s.plan.fb_overlap || pairs_forward_backward(s.plan.schedule)))
+    diag.error("/parallelism/offload_weights", "true",
+               "cannot run with forward-backward pairs (moe_fb_overlap, DualPipe, DualPipeV): the offloaded weights stream "
+               "through a double buffer one pass at a time, and a pair runs two passes' layers at once");
   if (s.plan.offload_weights && s.cluster.device.host_bandwidth.value() <= 0 && diag.ok())
     diag.error("/parallelism/offload_weights", "true",
                "needs the device-host bandwidth (\"host_bandwidth\"), which device " + s.cluster.device.name + " does not have");

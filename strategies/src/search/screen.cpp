@@ -273,7 +273,11 @@ double Screen::peak_memory(const StageSums& ss, const Plan& p) const {
 /// (with the gradients sharded). False: nothing fits.
 bool Screen::least_swap(const StageSums& ss, double capacity, Plan& p) const {
   const DpSharding sharding = p.dp_sharding;
+  // Weights stream through a double buffer one pass at a time: not under forward-backward
+  // pairs, which run two passes' layers at once (validate_plan refuses it too).
+  const bool pairs = p.fb_overlap || pairs_forward_backward(p.schedule);
   for (const int level : {0, 1, 2}) {
+    if (level == 2 && pairs) break;
     // 0: activations; 1: and the optimizer states; 2: and the weights (ZeRO-Infinity style,
     // which needs the gradients sharded as they are produced).
     p.swap_optimizer = level >= 1;
