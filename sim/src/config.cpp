@@ -274,10 +274,13 @@ void ObjectReader::finish(std::string_view why) {
   if (obj_ == nullptr) return;
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
-    std::string msg = why.empty() ? std::string("is not a known key here") : std::string(why);
+    // The pointer names the key; its value follows the message (before it, it would read as
+    // if the value were the unknown key: "launch_overhead: 0.0 is not a known key").
+    std::string msg = (why.empty() ? std::string("is not a known key here") : std::string(why)) + " (its value: " +
+                      json_brief(it.value()) + ")";
     const std::string near = closest_match(it.key(), known_);
     if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
-    diag_->error(child_pointer(it.key()), json_brief(it.value()), msg);
+    diag_->error(child_pointer(it.key()), "", msg);
   }
 }
 

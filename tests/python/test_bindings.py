@@ -169,11 +169,11 @@ def test_unknown_key_in_a_dict_names_its_json_path(root):
     doc["parallelism"]["tensor_parallel_size"] = 8
     with pytest.raises(moesim.ConfigError) as info:
         moesim.simulate(doc)
-    assert "<dict>:/parallelism/tensor_parallel_size: 8 is not a known key here" in str(info.value)
+    assert "<dict>:/parallelism/tensor_parallel_size: is not a known key here (its value: 8)" in str(info.value)
 
 
 def test_unknown_override_key_is_a_config_error(root):
-    with pytest.raises(moesim.ConfigError, match=r"/parallelism/tpp: 4 is not a known key here; did you mean"):
+    with pytest.raises(moesim.ConfigError, match=r"/parallelism/tpp: is not a known key here \(its value: 4\); did you mean"):
         moesim.simulate(str(root / PANGU), {"parallelism.tpp": 4})
 
 
