@@ -1,5 +1,10 @@
 #include "moesim/topologies/topology.hpp"
 
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+
 #include <algorithm>
 #include <cassert>
 #include <limits>
@@ -239,7 +244,13 @@ Topology build_topology(const ClusterSpec& c) {
   return Topology(c, std::move(g));
 }
 
-Topology::Topology(ClusterSpec spec, Graph g) : spec_(std::move(spec)), g_(std::move(g)) {
+struct Topology::RouteCache {
+  std::shared_mutex mutex;
+  std::unordered_map<std::uint64_t, Route> routes;
+};
+
+Topology::Topology(ClusterSpec spec, Graph g)
+    : spec_(std::move(spec)), g_(std::move(g)), route_cache_(std::make_shared<RouteCache>()) {
   int next = 0;
   for (auto [v, vend] = boost::vertices(g_); v != vend; ++v)
     for (auto [e, eend] = boost::out_edges(*v, g_); e != eend; ++e) {
@@ -281,6 +292,11 @@ int Topology::num_paths() const {
 }
 
 Route Topology::route(int src, int dst) const {
+  const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 | static_cast<std::uint32_t>(dst);
+  {
+    std::shared_lock lock(route_cache_->mutex);
+    if (auto it = route_cache_->routes.find(key); it != route_cache_->routes.end()) return it->second;
+  }
   Route r = route(src, dst, 0);
   if (spec_.scale_up == ScaleUpKind::Clos && !r.hops.empty()) {
     // One transfer spreads over every plane: the scale-up hops carry num_paths() x plane 0's.
@@ -291,6 +307,8 @@ Route Topology::route(int src, int dst) const {
           std::min(r.bottleneck_bytes_per_s,
                    h.link.kind == LinkKind::ScaleUp ? h.link.bytes_per_s * planes : h.link.bytes_per_s);
   }
+  std::unique_lock lock(route_cache_->mutex);
+  if (route_cache_->routes.size() < (1u << 20)) route_cache_->routes.emplace(key, r);  // bounded
   return r;
 }
 

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include <boost/graph/adjacency_list.hpp>
@@ -171,6 +172,11 @@ class Topology {
   // clos_l2_[(domain * planes + plane) * l2_per_plane + j].
   std::vector<Vertex> clos_l1_;
   std::vector<Vertex> clos_l2_;
+  /// route(src, dst) results, shared by copies of this topology (same graph) and by threads:
+  /// the search asks the same few pairs for every plan it screens, and a route across a
+  /// 65K-device fabric is a breadth-first search over most of it.
+  struct RouteCache;
+  std::shared_ptr<RouteCache> route_cache_;
 };
 
 Topology build_topology(const ClusterSpec& spec);
