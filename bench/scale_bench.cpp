@@ -51,17 +51,23 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void row_default(int repeat) {
-  const Scenario s = load_scenario(pangu(), "718b.json", kRoot + "/scenarios");
+/// The median wall time of `repeat` simulations of `s`; `sim` keeps the last.
+double timed_simulate(const Scenario& s, int repeat, Simulation& sim) {
   std::vector<double> wall;
-  Simulation sim;
   for (int i = 0; i < repeat; ++i) {
     const double t0 = now_s();
     sim = simulate(s);
     wall.push_back(now_s() - t0);
   }
+  return median(wall);
+}
+
+void row_default(int repeat) {
+  const Scenario s = load_scenario(pangu(), "718b.json", kRoot + "/scenarios");
+  Simulation sim;
+  const double wall = timed_simulate(s, repeat, sim);
   std::printf("| 718B on 6,144 NPUs, default fidelity, in process | %.3f s (%d ranks, %llu tasks, step %.3f s) |\n",
-              median(wall), sim.result.ranks_simulated, static_cast<unsigned long long>(sim.result.tasks),
+              wall, sim.result.ranks_simulated, static_cast<unsigned long long>(sim.result.tasks),
               sim.result.step_time_s);
 }
 
@@ -80,14 +86,9 @@ void row_131k(int repeat) {
   j["cluster"]["devices"] = 131072;
   j["training"]["global_batch_size"] = 32768;  // 16 micro-batches of 2 per pipeline at DP1024
   const Scenario s = load_scenario(j, "718b.json", kRoot + "/scenarios");
-  std::vector<double> wall;
   Simulation sim;
-  for (int i = 0; i < repeat; ++i) {
-    const double t0 = now_s();
-    sim = simulate(s);
-    wall.push_back(now_s() - t0);
-  }
-  std::printf("| simulate at 131,072 devices (%d ranks simulated) | %.3f s |\n", sim.result.ranks_simulated, median(wall));
+  const double wall = timed_simulate(s, repeat, sim);
+  std::printf("| simulate at 131,072 devices (%d ranks simulated) | %.3f s |\n", sim.result.ranks_simulated, wall);
 }
 
 void row_screening(int devices) {
