@@ -3,38 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+
+#include "moesim/sim/random.hpp"
 
 namespace moesim::strategies::lowering {
 
 namespace {
 
-/// SplitMix64 (Steele et al. 2014): the same numbers on every platform, unlike <random>'s
-/// distributions.
-struct Rng {
-  std::uint64_t x;
-  std::uint64_t next() {
-    std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  ///< [0, 1)
-  double normal() {  // Box-Muller
-    const double u = 1.0 - uniform(), v = uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
-  }
-};
-
-/// `count` distinct devices of `n`, drawn by a partial Fisher-Yates shuffle.
+/// `count` distinct devices of `n`, in order.
 std::vector<long long> draw(Rng& rng, long long n, long long count) {
-  std::vector<long long> ids(static_cast<std::size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0LL);
-  count = std::min(count, n);
-  for (long long i = 0; i < count; ++i) {
-    const long long j = i + static_cast<long long>(rng.uniform() * static_cast<double>(n - i));
-    std::swap(ids[i], ids[std::min(j, n - 1)]);
-  }
-  ids.resize(static_cast<std::size_t>(count));
+  const std::vector<int> order = rng.permutation(static_cast<int>(n));
+  std::vector<long long> ids(order.begin(), order.begin() + std::min(count, n));
   std::sort(ids.begin(), ids.end());
   return ids;
 }
@@ -54,14 +34,14 @@ StragglerMap realise_stragglers(const Scenario& s, const Layout& lay, int pp, in
   m.compute.assign(static_cast<std::size_t>(devices), 1.0);
   m.nic.assign(static_cast<std::size_t>(devices), 1.0);
   // Persistent: the same slow devices and NICs every step (from the seed alone).
-  Rng fixed{s.seed * 0x2545f4914f6cdd1dULL + 0x5bd1e995ULL};
+  Rng fixed = Rng::stream(s.seed, "stragglers/fixed");
   std::vector<long long> slow = g.devices;
   if (g.device_fraction > 0) slow = draw(fixed, devices, std::llround(g.device_fraction * static_cast<double>(devices)));
   std::vector<long long> nics = g.nics;
   if (g.nic_fraction > 0) nics = draw(fixed, devices, std::llround(g.nic_fraction * static_cast<double>(devices)));
   for (long long d : slow) m.compute[d] = g.slowdown;
   // Per step: jitter and whether each slow NIC is slow now.
-  Rng per_step{(s.seed + 0x9e37ULL * static_cast<std::uint64_t>(step + 1)) * 0xd1342543de82ef95ULL + 1};
+  Rng per_step = Rng::stream(s.seed, "stragglers/step" + std::to_string(step));
   for (long long d : nics)
     if (g.nic_flapping >= 1.0 || per_step.uniform() < g.nic_flapping) m.nic[d] = g.nic_bandwidth;
   if (g.host_jitter > 0)

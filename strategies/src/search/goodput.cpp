@@ -3,25 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "moesim/models/workload.hpp"
+#include "moesim/sim/random.hpp"
 #include "moesim/strategies/lower/memory.hpp"
 
 namespace moesim::strategies {
 
 namespace {
 
-/// SplitMix64: the same arrivals on every platform.
-struct Rng {
-  std::uint64_t x;
-  double uniform() {
-    std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-  }
-  double exponential(double rate) { return rate > 0 ? -std::log(1.0 - uniform()) / rate : std::numeric_limits<double>::infinity(); }
-};
+/// Exponentially distributed time to the next failure (infinite without failures).
+double exponential(Rng& rng, double rate) {
+  return rate > 0 ? -std::log(1.0 - rng.uniform()) / rate : std::numeric_limits<double>::infinity();
+}
 
 struct Run {
   double wall = 0, blocked = 0, failures = 0;
@@ -33,7 +28,7 @@ Run one_run(const GoodputInputs& in, double tau, Rng rng) {
   const double W = in.work_s;
   double pos = 0, durable = 0;  // work done; work safe in a durable checkpoint
   double pending = -1, pending_at = 0;  // an asynchronous checkpoint not yet durable: its work, when
-  double next_fail = rng.exponential(in.failure_rate_per_s);
+  double next_fail = exponential(rng, in.failure_rate_per_s);
   auto settle = [&](double now) {
     if (pending >= 0 && pending_at <= now) {
       durable = pending;
@@ -79,7 +74,7 @@ Run one_run(const GoodputInputs& in, double tau, Rng rng) {
       pos = durable;
       pending = -1;
       steady = false;
-      next_fail = run.wall + rng.exponential(in.failure_rate_per_s);
+      next_fail = run.wall + exponential(rng, in.failure_rate_per_s);
       continue;
     }
     run.wall = done;
@@ -104,7 +99,7 @@ Run expected(const GoodputInputs& in, double tau) {
   Run sum;
   const int n = std::max(1, in.trials);
   for (int t = 0; t < n; ++t) {
-    const Run r = one_run(in, tau, Rng{in.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(t) * 0xbf58476dULL + 7});
+    const Run r = one_run(in, tau, Rng::stream(in.seed, "goodput/run" + std::to_string(t)));
     sum.wall += r.wall / n;
     sum.blocked += r.blocked / n;
     sum.failures += r.failures / n;
