@@ -86,6 +86,8 @@ class Emitter {
                           const std::vector<sim::TaskId>& tasks);
   void offloaded_weights(const StageState& ss, const PipeOp& op, const Program& prog,
                          const std::vector<sim::TaskId>& tasks);
+  template <class Make>
+  void feed_items(const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks, int n, Make&& make);
   void emit_sends();
   void emit_step_end(int stage);
   std::vector<sim::TaskId> emit_optimizer(int stage, double shard);
@@ -582,27 +584,41 @@ void Emitter::offloaded_weights(const StageState& ss, const PipeOp& op, const Pr
                                 const std::vector<sim::TaskId>& tasks) {
   const int stage = ss.stage;
   const auto& items = in_.stages[stage].chunk_items[op.chunk];
-  const int n = static_cast<int>(items.size());
+  const double wb = weight_bytes_per_param(in_.scenario.training.precision, p_);
+  feed_items(op, prog, tasks, static_cast<int>(items.size()), [&](int k) {
+    TaskLists copies(per_stage_);
+    const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
+    const Tick copy_ticks = to_ticks(Seconds{(pd + pe) * wb / host_bw_});
+    if (copy_ticks <= 0) return copies;
+    const sim::LabelId label = builder_.label("weights_in." + item_prefix(in_.workload.items[items[k]]));
+    for (int l = 0; l < per_stage_; ++l)
+      copies[l].push_back(builder_.add_task(copy_ticks, kSwap, label, op.microbatch, {stream_of(stage, l, Stream::HostIn)}));
+    return copies;
+  });
+}
+
+// Something an item needs from outside before it runs (its gathered or copied-in weights),
+// one item ahead at most: for the items of a pass in the order it runs them (forward 0..n-1,
+// backward n-1..0), `make(k)` makes item k's transfers (per simulated position); the item's
+// first step waits for them, and they wait for the item two before to finish (two buffers).
+template <class Make>
+void Emitter::feed_items(const PipeOp& op, const Program& prog, const std::vector<sim::TaskId>& tasks, int n, Make&& make) {
   int entry = 0;
   while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
   const bool forward = op.phase == Phase::Forward;
-  const double wb = weight_bytes_per_param(in_.scenario.training.precision, p_);
   for (int j = 0; j < n; ++j) {
     const int k = forward ? j : n - 1 - j;
-    const int before = forward ? k - 1 : k + 1;
+    const int before = forward ? k - 1 : k + 1;  // the item that runs just before
     const int begin = j == 0 ? entry : prog.item_end[before] + 1;
     if (begin < 0 || begin >= static_cast<int>(prog.steps.size())) continue;
-    const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
-    const Tick copy_ticks = to_ticks(Seconds{(pd + pe) * wb / host_bw_});
-    if (copy_ticks <= 0) continue;
+    const TaskLists in = make(k);
     const int two_before = forward ? k - 2 : k + 2;
-    for (int l = 0; l < per_stage_; ++l) {
-      const sim::TaskId t = builder_.add_task(copy_ticks, kSwap, builder_.label("weights_in." + item_prefix(in_.workload.items[items[k]])),
-                                              op.microbatch, {stream_of(stage, l, Stream::HostIn)});
-      builder_.depend(t, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
-      if (j >= 2 && prog.item_end[two_before] >= 0)
-        builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[two_before]) * per_stage_ + l], t);
-    }
+    for (int l = 0; l < per_stage_; ++l)
+      for (sim::TaskId t : in[l]) {
+        builder_.depend(t, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
+        if (j >= 2 && prog.item_end[two_before] >= 0)
+          builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[two_before]) * per_stage_ + l], t);
+      }
   }
 }
 
@@ -617,33 +633,17 @@ void Emitter::sharded_parameters(const StageState& ss, const PipeOp& op, const P
   const int stage = ss.stage;
   const auto& items = in_.stages[stage].chunk_items[op.chunk];
   const int n = static_cast<int>(items.size());
-  int entry = 0;
-  while (prog.steps[entry].dep0 >= 0 || prog.steps[entry].dep1 >= 0) ++entry;
   const bool forward = op.phase == Phase::Forward;
   // Gradients synchronised at the last micro-batch only: the weights are gathered once, before
   // the first forward, and stay; the gradients are reduce-scattered once, after the last pass.
   const bool every = p_.grad_sync_every_microbatch;
   const bool gather = every ? forward || (op.phase == Phase::Backward && p_.reshard_after_forward)
                             : forward && op.microbatch == ss.first_fwd_mb[op.chunk];
-  if (gather) {
-    // Items in the order the pass runs them: forward 0..n-1, backward n-1..0.
-    for (int j = 0; j < n; ++j) {
-      const int k = forward ? j : n - 1 - j;
-      const int before = forward ? k - 1 : k + 1;  // the item that runs just before
-      const int begin = j == 0 ? entry : prog.item_end[before] + 1;
-      if (begin < 0 || begin >= static_cast<int>(prog.steps.size())) continue;
+  if (gather)
+    feed_items(op, prog, tasks, n, [&](int k) {
       const auto [pd, pe] = pr_.item_params[stage][op.chunk][k];
-      auto ag = emit_dp(stage, pd, pe, true, "fsdp_gather." + item_prefix(in_.workload.items[items[k]]), Stream::Dp,
-                        true);
-      const int two_before = forward ? k - 2 : k + 2;
-      for (int l = 0; l < per_stage_; ++l)
-        for (sim::TaskId t : ag[l]) {
-          builder_.depend(t, tasks[static_cast<std::size_t>(begin) * per_stage_ + l]);
-          if (j >= 2 && prog.item_end[two_before] >= 0)
-            builder_.depend(tasks[static_cast<std::size_t>(prog.item_end[two_before]) * per_stage_ + l], t);
-        }
-    }
-  }
+      return emit_dp(stage, pd, pe, true, "fsdp_gather." + item_prefix(in_.workload.items[items[k]]), Stream::Dp, true);
+    });
   if (op.phase != grads_done_ || (!every && op.microbatch != ss.last_bwd_mb[op.chunk])) return;
   for (int k = n - 1; k >= 0; --k) {
     if (prog.item_end[k] < 0) continue;
