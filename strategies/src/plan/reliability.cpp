@@ -41,7 +41,7 @@ void parse_stragglers(const nlohmann::json& j, Scenario& s, Diagnostics& diag) {
     g.device_fraction = q.number({"fraction"}, 0.0, 0.0, 1.0);
     g.devices = device_list(q, "list", devices, diag);
     g.slowdown = q.number({"slowdown"}, 1.0, 1.0, 100.0);
-    if (g.device_fraction > 0 && !g.devices.empty())
+    if (q.has({"fraction"}) && q.has({"list"}))  // by key: a rejected list is still a second choice
       diag.error("/simulation/stragglers/devices", "", "give \"fraction\" or \"list\", not both");
     if (!q.has({"slowdown"})) diag.error("/simulation/stragglers/devices/slowdown", "", "is required (e.g. 1.2: 20% slower)");
     q.finish();
@@ -52,7 +52,7 @@ void parse_stragglers(const nlohmann::json& j, Scenario& s, Diagnostics& diag) {
     g.nics = device_list(q, "list", devices, diag);
     g.nic_bandwidth = q.number({"bandwidth"}, 1.0, 1e-3, 1.0);
     g.nic_flapping = q.number({"flapping"}, 1.0, 0.0, 1.0);
-    if (g.nic_fraction > 0 && !g.nics.empty())
+    if (q.has({"fraction"}) && q.has({"list"}))
       diag.error("/simulation/stragglers/nics", "", "give \"fraction\" or \"list\", not both");
     if (!q.has({"bandwidth"}))
       diag.error("/simulation/stragglers/nics/bandwidth", "", "is required (the share of the NIC's bandwidth left, e.g. 0.5)");
