@@ -7,46 +7,63 @@
 
 namespace moesim::topologies {
 
-const std::vector<FlowCollectives::Path>& FlowCollectives::paths(int src, int dst) {
-  const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
-  auto it = paths_.find(key);
-  if (it != paths_.end()) return it->second;
+FlowCollectives::PathSet FlowCollectives::search(int src, int dst) {
+  PathSet set{static_cast<std::uint32_t>(recs_.size()), 0};
+  for (int k = 0; k < topo_.num_paths(); ++k) {
+    const Route r = topo_.route(src, dst, k);
+    PathRec rec{static_cast<std::uint32_t>(links_.size()), static_cast<std::uint32_t>(r.hops.size()), r.latency_s};
+    for (const auto& h : r.hops) {
+      links_.push_back((static_cast<std::uint64_t>(h.from) << 32) | static_cast<std::uint64_t>(h.to));
+      bw_.push_back(h.link.bytes_per_s);
+    }
+    recs_.push_back(rec);
+    ++set.count;
+  }
+  return set;
+}
+
+template <class F>
+void FlowCollectives::each_path(int src, int dst, F&& f) {
+  const auto call = [&](PathSet set) {
+    for (std::uint32_t k = set.first; k < set.first + set.count; ++k) {
+      const PathRec& r = recs_[k];
+      f(std::span<const std::uint64_t>(links_.data() + r.off, r.n), std::span<const double>(bw_.data() + r.off, r.n),
+        r.latency, set.count);
+    }
+  };
   // Equivalent endpoints (same local indices, both servers full, same relation: one server,
   // one leaf group or two, and their order) have the same route shifted by their servers; the
   // first pair of a class is searched in the graph, the others are shifted copies.
   const int a = topo_.node_of(src), b = topo_.node_of(dst);
   const bool classify = topo_.shiftable() && src != dst && a < topo_.full_nodes() && b < topo_.full_nodes();
-  std::uint64_t cls = 0;
-  if (classify) {
-    const int rel = a == b ? 0 : (topo_.leaf_group(a) == topo_.leaf_group(b) ? 1 : 3) + (a < b ? 0 : 1);
-    cls = (static_cast<std::uint64_t>(topo_.local_index(src)) << 40) |
-          (static_cast<std::uint64_t>(topo_.local_index(dst)) << 8) | static_cast<std::uint64_t>(rel);
-    auto c = classes_.find(cls);
-    if (c != classes_.end()) {
-      const auto& [ca, cb, proto] = c->second;
-      std::vector<Path> out = proto;
-      for (Path& p : out)
-        for (std::uint64_t& l : p.links) {
-          const auto from = topo_.shift(static_cast<Vertex>(l >> 32), ca, a, cb, b);
-          const auto to = topo_.shift(static_cast<Vertex>(l & 0xffffffffULL), ca, a, cb, b);
-          l = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
-        }
-      return paths_.emplace(key, std::move(out)).first->second;
-    }
+  if (!classify) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | static_cast<std::uint32_t>(dst);
+    auto it = exact_.find(key);
+    if (it == exact_.end()) it = exact_.emplace(key, search(src, dst)).first;
+    call(it->second);
+    return;
   }
-  std::vector<Path> out;
-  for (int k = 0; k < topo_.num_paths(); ++k) {
-    const Route r = topo_.route(src, dst, k);
-    Path p;
-    p.latency = r.latency_s;
-    for (const auto& h : r.hops) {
-      p.links.push_back((static_cast<std::uint64_t>(h.from) << 32) | static_cast<std::uint64_t>(h.to));
-      p.bandwidth.push_back(h.link.bytes_per_s);
-    }
-    out.push_back(std::move(p));
+  const int rel = a == b ? 0 : (topo_.leaf_group(a) == topo_.leaf_group(b) ? 1 : 3) + (a < b ? 0 : 1);
+  const std::uint64_t cls = (static_cast<std::uint64_t>(topo_.local_index(src)) << 40) |
+                            (static_cast<std::uint64_t>(topo_.local_index(dst)) << 8) | static_cast<std::uint64_t>(rel);
+  auto c = classes_.find(cls);
+  if (c == classes_.end()) c = classes_.emplace(cls, std::tuple{a, b, search(src, dst)}).first;
+  const auto [ca, cb, set] = c->second;
+  if (ca == a && cb == b) {
+    call(set);
+    return;
   }
-  if (classify) classes_.emplace(cls, std::tuple{a, b, out});
-  return paths_.emplace(key, std::move(out)).first->second;
+  for (std::uint32_t k = set.first; k < set.first + set.count; ++k) {
+    const PathRec& r = recs_[k];
+    shifted_.resize(r.n);
+    for (std::uint32_t i = 0; i < r.n; ++i) {
+      const std::uint64_t l = links_[r.off + i];
+      const auto from = topo_.shift(static_cast<Vertex>(l >> 32), ca, a, cb, b);
+      const auto to = topo_.shift(static_cast<Vertex>(l & 0xffffffffULL), ca, a, cb, b);
+      shifted_[i] = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
+    }
+    f(std::span<const std::uint64_t>(shifted_), std::span<const double>(bw_.data() + r.off, r.n), r.latency, set.count);
+  }
 }
 
 namespace {
@@ -58,36 +75,33 @@ namespace {
 /// everyone's bytes, and a link no other group touches keeps its whole capacity.
 class Phase {
  public:
-  template <class PathT>
-  void add(const std::vector<PathT>& paths, double bytes, Tick release, int dst_group) {
+  /// One path of a flow of `bytes` split evenly over `paths` equal-cost paths.
+  void add(std::span<const std::uint64_t> links, std::span<const double> bandwidth, double latency, double bytes,
+           std::uint32_t paths, Tick release, int dst_group) {
     if (bytes <= 0) return;
-    const double share = bytes / static_cast<double>(paths.size());
-    for (const PathT& p : paths) {
-      local_.clear();
-      for (std::size_t i = 0; i < p.links.size(); ++i) {
-        auto [it, fresh] = index_.try_emplace(p.links[i], static_cast<std::uint32_t>(capacity_.size()));
-        if (fresh) {
-          capacity_.push_back(p.bandwidth[i]);
-          own_.push_back(0);
-          other_.push_back(0);
-        }
-        own_[it->second] += share;
-        local_.push_back(it->second);
+    const double share = bytes / static_cast<double>(paths);
+    const auto first = static_cast<std::uint32_t>(flow_links_.size());
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      auto [it, fresh] = index_.try_emplace(links[i], static_cast<std::uint32_t>(capacity_.size()));
+      if (fresh) {
+        capacity_.push_back(bandwidth[i]);
+        own_.push_back(0);
+        other_.push_back(0);
       }
-      flows_.push_back({share, release, local_, p.latency, dst_group});
+      own_[it->second] += share;
+      flow_links_.push_back(it->second);
     }
+    flows_.push_back({share, release, first, static_cast<std::uint32_t>(links.size()), latency, dst_group});
   }
-  /// Bytes of another group on the links of `paths` (no flow is simulated for them); only the
+  /// Bytes of another group on one of its paths (no flow is simulated for them); only the
   /// links the simulated group uses matter, so add() all its flows first.
-  template <class PathT>
-  void background(const std::vector<PathT>& paths, double bytes) {
+  void background(std::span<const std::uint64_t> links, double bytes, std::uint32_t paths) {
     if (bytes <= 0) return;
-    const double share = bytes / static_cast<double>(paths.size());
-    for (const PathT& p : paths)
-      for (std::uint64_t l : p.links) {
-        auto it = index_.find(l);  // the simulated group's flows are all added first
-        if (it != index_.end()) other_[it->second] += share;
-      }
+    const double share = bytes / static_cast<double>(paths);
+    for (std::uint64_t l : links) {
+      auto it = index_.find(l);  // the simulated group's flows are all added first
+      if (it != index_.end()) other_[it->second] += share;
+    }
   }
   /// Runs the flows; returns per destination group the last arrival (flow end + path latency).
   std::map<int, Tick> run(std::uint64_t& flows, std::uint64_t& recomputations, double& bytes,
@@ -99,7 +113,8 @@ class Phase {
         ++shared_links;
       }
     sim::FlowNetwork net(cap);
-    for (const auto& f : flows_) net.add(f.bytes, f.links, f.release);
+    for (const auto& f : flows_)
+      net.add(f.bytes, std::span<const std::uint32_t>(flow_links_.data() + f.first, f.n), f.release);
     const sim::FlowRun r = net.run();
     flows += flows_.size();
     for (const auto& f : flows_) bytes += f.bytes;
@@ -117,14 +132,14 @@ class Phase {
   struct F {
     double bytes;
     Tick release;
-    std::vector<std::uint32_t> links;
+    std::uint32_t first, n;  ///< its links: flow_links_[first, first + n)
     double latency;
     int dst_group;
   };
   std::unordered_map<std::uint64_t, std::uint32_t> index_;
   std::vector<double> capacity_, own_;
   std::vector<double> other_;  ///< other groups' bytes on each local link
-  std::vector<std::uint32_t> local_;
+  std::vector<std::uint32_t> flow_links_;
   std::vector<F> flows_;
 };
 
@@ -168,10 +183,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
         for (std::size_t j = 0; j < p; ++j) {
           if (i == j || bytes[i][j] <= 0) continue;
           if (gi > 0) {
-            ph.background(paths(devs[i], devs[j]), bytes[i][j]);
+            each_path(devs[i], devs[j], [&](auto links, auto, double, std::uint32_t n) { ph.background(links, bytes[i][j], n); });
             continue;
           }
-          ph.add(paths(devs[i], devs[j]), bytes[i][j], 0, 0);
+          each_path(devs[i], devs[j], [&](auto links, auto bw, double lat, std::uint32_t n) { ph.add(links, bw, lat, bytes[i][j], n, 0, 0); });
           (topo_.node_of(devs[i]) == topo_.node_of(devs[j]) ? out_intra : out_inter)[i] += bytes[i][j];
         }
     }
@@ -199,10 +214,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
             for (std::size_t j : mem) agg += bytes[i][j];
           const std::size_t peer = mem[static_cast<std::size_t>(s.slot[i]) % mem.size()];
           if (gi > 0) {
-            one.background(paths(devs[i], devs[peer]), agg * dedup);
+            each_path(devs[i], devs[peer], [&](auto links, auto, double, std::uint32_t n) { one.background(links, agg * dedup, n); });
             continue;
           }
-          one.add(paths(devs[i], devs[peer]), agg * dedup, 0, n);
+          each_path(devs[i], devs[peer], [&](auto links, auto bw, double lat, std::uint32_t np) { one.add(links, bw, lat, agg * dedup, np, 0, static_cast<int>(n)); });
           out_inter[i] += agg * dedup;
         }
     }
@@ -223,10 +238,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
             for (std::size_t i = 0; i < p; ++i)
               if (s.node[i] != n && s.slot[i] == s.slot[r]) b += bytes[i][j];
             if (gi > 0) {
-              two.background(paths(devs[r], devs[j]), b);
+              each_path(devs[r], devs[j], [&](auto links, auto, double, std::uint32_t np) { two.background(links, b, np); });
               continue;
             }
-            two.add(paths(devs[r], devs[j]), b, release, n);
+            each_path(devs[r], devs[j], [&](auto links, auto bw, double lat, std::uint32_t np) { two.add(links, bw, lat, b, np, release, static_cast<int>(n)); });
             out_intra[r] += b;
           }
         if (gi == 0) end = std::max(end, release);

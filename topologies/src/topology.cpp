@@ -1,6 +1,7 @@
 #include "moesim/topologies/topology.hpp"
 
 #include <mutex>
+#include <tuple>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -148,7 +149,9 @@ ClusterSpec load_cluster(const nlohmann::json& spec, const std::string& pointer,
   return parse_cluster(merged, pointer, diag);
 }
 
-Topology build_topology(const ClusterSpec& c) {
+namespace {
+
+Topology build_fabric(const ClusterSpec& c) {
   const int n_dev = c.devices;
   const int per_node = c.devices_per_node;
   const int nodes = c.num_nodes();
@@ -241,37 +244,89 @@ Topology build_topology(const ClusterSpec& c) {
     const double up_bw = ports_down * nic_bw / c.oversubscription;
     for (Vertex l : leaf) add_pair(l, spine, up_bw, 0.0, LinkKind::Fabric);
   }
-  return Topology(c, std::move(g));
+  return Topology(c, g);
 }
 
-struct Topology::RouteCache {
+/// What the graph depends on (not the name, description or device of the spec).
+auto fabric_key(const ClusterSpec& c) {
+  return std::tuple{c.devices,
+                    c.devices_per_node,
+                    static_cast<int>(c.scale_up),
+                    c.scale_up_achieved().value(),
+                    c.scale_up_latency.value(),
+                    c.clos.server_devices,
+                    c.clos.l1_per_server,
+                    c.clos.l2_per_plane,
+                    c.nics_per_node,
+                    c.nic_achieved().value(),
+                    c.nic_latency.value(),
+                    static_cast<int>(c.fabric),
+                    c.nodes_per_leaf,
+                    c.oversubscription};
+}
+
+}  // namespace
+
+Topology build_topology(const ClusterSpec& c) {
+  using Key = decltype(fabric_key(c));
+  static std::mutex mutex;
+  static std::vector<std::pair<Key, Topology>> recent;  // most recent last
+  constexpr std::size_t kKept = 4;
+  const Key key = fabric_key(c);
+  std::lock_guard lock(mutex);  // a thread asking for a fabric being built waits for it
+  for (std::size_t i = 0; i < recent.size(); ++i)
+    if (recent[i].first == key) {
+      std::rotate(recent.begin() + static_cast<std::ptrdiff_t>(i), recent.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                  recent.end());
+      Topology t = recent.back().second;
+      t.spec_ = c;
+      return t;
+    }
+  Topology t = build_fabric(c);
+  if (recent.size() == kKept) recent.erase(recent.begin());
+  recent.emplace_back(key, t);
+  return t;
+}
+
+struct Topology::Fabric {
+  Graph g;
+  std::vector<double> link_bandwidths;
+  // Clos switches: clos_l1[global_server * planes + plane],
+  // clos_l2[(domain * planes + plane) * l2_per_plane + j].
+  std::vector<Vertex> clos_l1, clos_l2;
+  /// route(src, dst) results, shared by copies of this topology (same graph) and by threads:
+  /// the search asks the same few pairs for every plan it screens, and a route across a
+  /// 65K-device fabric is a breadth-first search over most of it.
   std::shared_mutex mutex;
   std::unordered_map<std::uint64_t, Route> routes;
 };
 
-Topology::Topology(ClusterSpec spec, Graph g)
-    : spec_(std::move(spec)), g_(std::move(g)), route_cache_(std::make_shared<RouteCache>()) {
+const Graph& Topology::graph() const { return fab_->g; }
+const std::vector<double>& Topology::link_bandwidths() const { return fab_->link_bandwidths; }
+
+Topology::Topology(ClusterSpec spec, Graph& graph) : spec_(std::move(spec)), fab_(std::make_shared<Fabric>()) {
+  fab_->g.swap(graph);
   int next = 0;
-  for (auto [v, vend] = boost::vertices(g_); v != vend; ++v)
-    for (auto [e, eend] = boost::out_edges(*v, g_); e != eend; ++e) {
-      g_[*e].id = next++;
-      link_bandwidths_.push_back(g_[*e].bytes_per_s);
+  for (auto [v, vend] = boost::vertices(fab_->g); v != vend; ++v)
+    for (auto [e, eend] = boost::out_edges(*v, fab_->g); e != eend; ++e) {
+      fab_->g[*e].id = next++;
+      fab_->link_bandwidths.push_back(fab_->g[*e].bytes_per_s);
     }
   if (spec_.scale_up == ScaleUpKind::Clos) {
     const int planes = spec_.clos.l1_per_server, l2n = spec_.clos.l2_per_plane;
     const int servers = (spec_.devices + spec_.clos.server_devices - 1) / spec_.clos.server_devices;
-    clos_l1_.assign(static_cast<std::size_t>(servers) * planes, 0);
-    clos_l2_.assign(static_cast<std::size_t>(spec_.num_nodes()) * planes * l2n, 0);
-    for (auto [v, vend] = boost::vertices(g_); v != vend; ++v) {
-      const VertexProps& p = g_[*v];
-      if (p.tier == 1) clos_l1_[static_cast<std::size_t>(p.index) * planes + p.plane] = *v;
-      if (p.tier == 2) clos_l2_[(static_cast<std::size_t>(p.node) * planes + p.plane) * l2n + p.index] = *v;
+    fab_->clos_l1.assign(static_cast<std::size_t>(servers) * planes, 0);
+    fab_->clos_l2.assign(static_cast<std::size_t>(spec_.num_nodes()) * planes * l2n, 0);
+    for (auto [v, vend] = boost::vertices(fab_->g); v != vend; ++v) {
+      const VertexProps& p = fab_->g[*v];
+      if (p.tier == 1) fab_->clos_l1[static_cast<std::size_t>(p.index) * planes + p.plane] = *v;
+      if (p.tier == 2) fab_->clos_l2[(static_cast<std::size_t>(p.node) * planes + p.plane) * l2n + p.index] = *v;
     }
   }
 }
 
 Vertex Topology::shift(Vertex v, int from_a, int to_a, int from_b, int to_b) const {
-  const VertexProps& p = g_[v];
+  const VertexProps& p = fab_->g[v];
   if (p.kind == VertexKind::Switch && p.node < 0) {
     if (p.index < 0) return v;  // the spine
     const int lpg = spec_.fabric == FabricKind::RailOptimized ? spec_.nics_per_node : 1;
@@ -294,8 +349,8 @@ int Topology::num_paths() const {
 Route Topology::route(int src, int dst) const {
   const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 | static_cast<std::uint32_t>(dst);
   {
-    std::shared_lock lock(route_cache_->mutex);
-    if (auto it = route_cache_->routes.find(key); it != route_cache_->routes.end()) return it->second;
+    std::shared_lock lock(fab_->mutex);
+    if (auto it = fab_->routes.find(key); it != fab_->routes.end()) return it->second;
   }
   Route r = route(src, dst, 0);
   if (spec_.scale_up == ScaleUpKind::Clos && !r.hops.empty()) {
@@ -307,8 +362,8 @@ Route Topology::route(int src, int dst) const {
           std::min(r.bottleneck_bytes_per_s,
                    h.link.kind == LinkKind::ScaleUp ? h.link.bytes_per_s * planes : h.link.bytes_per_s);
   }
-  std::unique_lock lock(route_cache_->mutex);
-  if (route_cache_->routes.size() < (1u << 20)) route_cache_->routes.emplace(key, r);  // bounded
+  std::unique_lock lock(fab_->mutex);
+  if (fab_->routes.size() < (1u << 20)) fab_->routes.emplace(key, r);  // bounded
   return r;
 }
 
@@ -342,18 +397,18 @@ Route Topology::clos_route(int src, int dst, int plane) const {
   r.same_node = true;
   const int planes = spec_.clos.l1_per_server, sd = spec_.clos.server_devices, l2n = spec_.clos.l2_per_plane;
   const int ss = src / sd, ds = dst / sd;
-  std::vector<Vertex> path{static_cast<Vertex>(src), clos_l1_[static_cast<std::size_t>(ss) * planes + plane]};
+  std::vector<Vertex> path{static_cast<Vertex>(src), fab_->clos_l1[static_cast<std::size_t>(ss) * planes + plane]};
   if (ss != ds) {
     const int j = (src % sd + dst % sd) % l2n;
-    path.push_back(clos_l2_[(static_cast<std::size_t>(node_of(src)) * planes + plane) * l2n + j]);
-    path.push_back(clos_l1_[static_cast<std::size_t>(ds) * planes + plane]);
+    path.push_back(fab_->clos_l2[(static_cast<std::size_t>(node_of(src)) * planes + plane) * l2n + j]);
+    path.push_back(fab_->clos_l1[static_cast<std::size_t>(ds) * planes + plane]);
   }
   path.push_back(static_cast<Vertex>(dst));
   std::vector<Hop> hops;
   for (std::size_t i = 0; i + 1 < path.size(); ++i) {
-    const auto [e, ok] = boost::edge(path[i], path[i + 1], g_);
+    const auto [e, ok] = boost::edge(path[i], path[i + 1], fab_->g);
     assert(ok);
-    hops.push_back(Hop{path[i], path[i + 1], g_[e]});
+    hops.push_back(Hop{path[i], path[i + 1], fab_->g[e]});
   }
   finish_route(r, std::move(hops));
   return r;
@@ -379,7 +434,7 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
     std::uint32_t generation = 0;
   };
   thread_local Scratch sc;
-  const std::size_t nv = boost::num_vertices(g_);
+  const std::size_t nv = boost::num_vertices(fab_->g);
   if (sc.seen.size() < nv) {
     sc.parent.resize(nv);
     sc.via.resize(nv);
@@ -402,18 +457,18 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
   bool found = false;
   while (head < queue.size() && !found) {
     const Vertex u = queue[head++];
-    for (auto [e, end] = boost::out_edges(u, g_); e != end; ++e) {
-      const Vertex v = boost::target(*e, g_);
+    for (auto [e, end] = boost::out_edges(u, fab_->g); e != end; ++e) {
+      const Vertex v = boost::target(*e, fab_->g);
       if (sc.seen[v] == gen) continue;
-      if (plane >= 0 && g_[v].plane >= 0 && g_[v].plane != plane) continue;
+      if (plane >= 0 && fab_->g[v].plane >= 0 && fab_->g[v].plane != plane) continue;
       // Devices forward only as a first scale-up hop towards a NIC of their own server
       // (PXN-style rail alignment): enter an intermediate device only from the source or a
       // server switch, and leave it only to a NIC.
-      const bool v_intermediate_device = g_[v].kind == VertexKind::Device && static_cast<int>(v) != dst;
-      if (v_intermediate_device && !(static_cast<int>(u) == src || (g_[u].kind == VertexKind::Switch && g_[u].node >= 0)))
+      const bool v_intermediate_device = fab_->g[v].kind == VertexKind::Device && static_cast<int>(v) != dst;
+      if (v_intermediate_device && !(static_cast<int>(u) == src || (fab_->g[u].kind == VertexKind::Switch && fab_->g[u].node >= 0)))
         continue;
-      const bool u_intermediate_device = g_[u].kind == VertexKind::Device && static_cast<int>(u) != src;
-      if (u_intermediate_device && g_[v].kind != VertexKind::Nic) continue;
+      const bool u_intermediate_device = fab_->g[u].kind == VertexKind::Device && static_cast<int>(u) != src;
+      if (u_intermediate_device && fab_->g[v].kind != VertexKind::Nic) continue;
       sc.seen[v] = gen;
       parent[v] = u;
       via[v] = *e;
@@ -427,7 +482,7 @@ Route Topology::bfs_route(int src, int dst, int plane) const {
   if (!found) return r;
   std::vector<Hop> hops;
   for (Vertex v = static_cast<Vertex>(dst); v != static_cast<Vertex>(src); v = parent[v])
-    hops.push_back(Hop{parent[v], v, g_[via[v]]});
+    hops.push_back(Hop{parent[v], v, fab_->g[via[v]]});
   std::reverse(hops.begin(), hops.end());
   finish_route(r, std::move(hops));
   return r;

@@ -53,16 +53,29 @@ class FlowCollectives {
   [[nodiscard]] std::uint64_t shared_links() const { return shared_links_; }
 
  private:
-  struct Path {
-    std::vector<std::uint64_t> links;  ///< topology links as (from vertex << 32 | to vertex)
-    std::vector<double> bandwidth;     ///< per link, bytes/s
+  // Routes are kept flat (no allocation per pair): path k of a set is recs_[first + k], whose
+  // links are links_[off, off + n) with bandwidths bw_[off, off + n).
+  struct PathRec {
+    std::uint32_t off = 0, n = 0;
     double latency = 0;
   };
-  const std::vector<Path>& paths(int src, int dst);
+  struct PathSet {
+    std::uint32_t first = 0, count = 0;
+  };
+  /// Calls f(links, bandwidths, latency, paths in the set) for every path from src to dst.
+  /// Equivalent endpoints share one stored set (their route class); the links of a shifted
+  /// copy are produced on the fly, not stored.
+  template <class F>
+  void each_path(int src, int dst, F&& f);
+  PathSet search(int src, int dst);  ///< routes from the topology, stored
   const Topology& topo_;
-  std::unordered_map<std::uint64_t, std::vector<Path>> paths_;
+  std::vector<std::uint64_t> links_;  ///< topology links as (from vertex << 32 | to vertex)
+  std::vector<double> bw_;            ///< per link, bytes/s
+  std::vector<PathRec> recs_;
+  std::vector<std::uint64_t> shifted_;  ///< scratch: one shifted path's links
+  std::unordered_map<std::uint64_t, PathSet> exact_;  ///< pairs that are not in a route class
   /// Route class (local indices, relation of the servers) -> (servers, paths) of its first pair.
-  std::unordered_map<std::uint64_t, std::tuple<int, int, std::vector<Path>>> classes_;
+  std::unordered_map<std::uint64_t, std::tuple<int, int, PathSet>> classes_;
   std::uint64_t flows_ = 0, recomputations_ = 0, shared_links_ = 0;
   double bytes_ = 0;
 };

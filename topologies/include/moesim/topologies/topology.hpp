@@ -122,10 +122,10 @@ struct Route {
 class Topology {
  public:
   /// Numbers the directed links (LinkProps::id, in vertex then out-edge order) and indexes the
-  /// Clos switches.
-  Topology(ClusterSpec spec, Graph g);
+  /// Clos switches. `g` is taken over (swapped, not copied).
+  Topology(ClusterSpec spec, Graph& g);
   [[nodiscard]] const ClusterSpec& spec() const { return spec_; }
-  [[nodiscard]] const Graph& graph() const { return g_; }
+  [[nodiscard]] const Graph& graph() const;
   [[nodiscard]] int num_devices() const { return spec_.devices; }
   [[nodiscard]] int node_of(int device) const { return device / spec_.devices_per_node; }
   [[nodiscard]] int local_index(int device) const { return device % spec_.devices_per_node; }
@@ -158,27 +158,26 @@ class Topology {
   /// Index of the leaf switch group of `node`.
   [[nodiscard]] int leaf_group(int node) const { return node / spec_.nodes_per_leaf; }
   /// Achievable bytes/s of every directed link, indexed by LinkProps::id.
-  [[nodiscard]] const std::vector<double>& link_bandwidths() const { return link_bandwidths_; }
-  [[nodiscard]] std::size_t num_links() const { return link_bandwidths_.size(); }
+  [[nodiscard]] const std::vector<double>& link_bandwidths() const;
+  [[nodiscard]] std::size_t num_links() const { return link_bandwidths().size(); }
 
  private:
   [[nodiscard]] Route bfs_route(int src, int dst, int plane) const;
   [[nodiscard]] Route clos_route(int src, int dst, int plane) const;
 
+  friend Topology build_topology(const ClusterSpec& spec);
   ClusterSpec spec_;
-  Graph g_;
-  std::vector<double> link_bandwidths_;
-  // Clos switches: clos_l1_[global_server * planes + plane],
-  // clos_l2_[(domain * planes + plane) * l2_per_plane + j].
-  std::vector<Vertex> clos_l1_;
-  std::vector<Vertex> clos_l2_;
-  /// route(src, dst) results, shared by copies of this topology (same graph) and by threads:
-  /// the search asks the same few pairs for every plan it screens, and a route across a
-  /// 65K-device fabric is a breadth-first search over most of it.
-  struct RouteCache;
-  std::shared_ptr<RouteCache> route_cache_;
+  /// The graph, its link numbering, the Clos switch index and the route cache: immutable once
+  /// built (the cache is internally locked), so copies of a Topology share it, and so do
+  /// topologies built from specs with the same fabric (see build_topology).
+  struct Fabric;
+  std::shared_ptr<Fabric> fab_;
 };
 
+/// The topology of `spec`. The fabric depends only on the counts, bandwidths, latencies and
+/// shapes of the spec (not on its name or device), and the last few fabrics built are kept
+/// process-wide: a search simulates dozens of plans on one cluster, and a 131K-device graph
+/// takes longer to build than the simulation of its 16 distinct ranks. Thread-safe.
 Topology build_topology(const ClusterSpec& spec);
 
 }  // namespace moesim::topologies
