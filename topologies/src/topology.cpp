@@ -151,11 +151,11 @@ ClusterSpec load_cluster(const nlohmann::json& spec, const std::string& pointer,
 
 namespace {
 
-Topology build_fabric(const ClusterSpec& c) {
+void build_fabric(const ClusterSpec& c, Graph& g) {
   const int n_dev = c.devices;
   const int per_node = c.devices_per_node;
   const int nodes = c.num_nodes();
-  Graph g(static_cast<std::size_t>(n_dev));
+  for (int d = 0; d < n_dev; ++d) boost::add_vertex(g);
   for (int d = 0; d < n_dev; ++d) g[d] = VertexProps{VertexKind::Device, d / per_node, d};
 
   auto add_pair = [&g](Vertex a, Vertex b, double bw, double lat, LinkKind kind) {
@@ -244,7 +244,6 @@ Topology build_fabric(const ClusterSpec& c) {
     const double up_bw = ports_down * nic_bw / c.oversubscription;
     for (Vertex l : leaf) add_pair(l, spine, up_bw, 0.0, LinkKind::Fabric);
   }
-  return Topology(c, g);
 }
 
 /// What the graph depends on (not the name, description or device of the spec).
@@ -270,7 +269,9 @@ auto fabric_key(const ClusterSpec& c) {
 Topology build_topology(const ClusterSpec& c) {
   using Key = decltype(fabric_key(c));
   static std::mutex mutex;
-  static std::vector<std::pair<Key, Topology>> recent;  // most recent last
+  // Most recent last. Never destroyed: freeing a 131K-device graph at exit costs more than
+  // simulating on it (the memory goes back with the process).
+  static auto& recent = *new std::vector<std::pair<Key, Topology>>;
   constexpr std::size_t kKept = 4;
   const Key key = fabric_key(c);
   std::lock_guard lock(mutex);  // a thread asking for a fabric being built waits for it
@@ -282,7 +283,7 @@ Topology build_topology(const ClusterSpec& c) {
       t.spec_ = c;
       return t;
     }
-  Topology t = build_fabric(c);
+  Topology t(c, [&c](Graph& g) { build_fabric(c, g); });
   if (recent.size() == kKept) recent.erase(recent.begin());
   recent.emplace_back(key, t);
   return t;
@@ -304,8 +305,9 @@ struct Topology::Fabric {
 const Graph& Topology::graph() const { return fab_->g; }
 const std::vector<double>& Topology::link_bandwidths() const { return fab_->link_bandwidths; }
 
-Topology::Topology(ClusterSpec spec, Graph& graph) : spec_(std::move(spec)), fab_(std::make_shared<Fabric>()) {
-  fab_->g.swap(graph);
+Topology::Topology(ClusterSpec spec, const std::function<void(Graph&)>& fill)
+    : spec_(std::move(spec)), fab_(std::make_shared<Fabric>()) {
+  fill(fab_->g);
   int next = 0;
   for (auto [v, vend] = boost::vertices(fab_->g); v != vend; ++v)
     for (auto [e, eend] = boost::out_edges(*v, fab_->g); e != eend; ++e) {

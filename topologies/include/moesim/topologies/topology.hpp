@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <memory>
 #include <vector>
@@ -122,8 +123,9 @@ struct Route {
 class Topology {
  public:
   /// Numbers the directed links (LinkProps::id, in vertex then out-edge order) and indexes the
-  /// Clos switches. `g` is taken over (swapped, not copied).
-  Topology(ClusterSpec spec, Graph& g);
+  /// Clos switches. `fill` builds the graph in place (Boost's adjacency_list has no move, and
+  /// its swap copies twice).
+  Topology(ClusterSpec spec, const std::function<void(Graph&)>& fill);
   [[nodiscard]] const ClusterSpec& spec() const { return spec_; }
   [[nodiscard]] const Graph& graph() const;
   [[nodiscard]] int num_devices() const { return spec_.devices; }
