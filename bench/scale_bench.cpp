@@ -1,7 +1,7 @@
 // Speed at cluster scale (issue 19): the rows of the issue's table, measured in one process on
 // this machine, so that a change is judged before and after in the same run.
 //
-//   moesim_bench_scale [--full] [--repeat N]
+//   moesim_bench_scale [--full] [--repeat N] [--only ROW]
 //
 // Rows: the 718B at its default fidelity; (with --full) every rank of it, with peak memory;
 // simulating at 131,072 devices; the search's screening rate at 6K, 65K and 131K devices (one
@@ -153,17 +153,25 @@ void row_alltoall(bool skewed) {
 int main(int argc, char** argv) {
   bool full = false;
   int repeat = 3;
+  std::string only;  // one row: default, full, 131k, screening, uniform, skewed (for profiling)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) full = true;
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: moesim_bench_scale [--full] [--repeat N] [--only default|full|131k|screening|uniform|skewed]\n");
+      return 2;
+    }
   }
+  const auto want = [&](const char* row) { return only.empty() || only == row; };
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::printf("| work | measured |\n|---|---|\n");
-  row_default(repeat);
-  if (full) row_full();
-  row_131k(repeat);
-  for (int d : {6144, 65536, 131072}) row_screening(d);
-  row_alltoall(false);
-  row_alltoall(true);
+  if (want("default")) row_default(repeat);
+  if ((full && only.empty()) || only == "full") row_full();
+  if (want("131k")) row_131k(repeat);
+  if (want("screening"))
+    for (int d : {6144, 65536, 131072}) row_screening(d);
+  if (want("uniform")) row_alltoall(false);
+  if (want("skewed")) row_alltoall(true);
   return 0;
 }
