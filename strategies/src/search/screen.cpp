@@ -144,13 +144,35 @@ class Screen {
   LayerBuilder layers_;
   int group_ = 1;
   bool refine_ = false;  ///< the lowering's refined partition (the replay), not the water-filling start
+  /// cost_of per item and recompute choice for this plan (the cache's key compares a whole
+  /// LayerSpec, and a plan asks for each of its items several times).
+  std::vector<const ItemCost*> memo_[2];
+  /// The same per distinct (program, kind, MoE, recompute) of this plan: most decoder layers
+  /// share one program, so the cache is searched a handful of times per plan.
+  struct Seen {
+    int program;
+    models::ItemKind kind;
+    bool moe, full;
+    const ItemCost* cost;
+  };
+  std::vector<Seen> seen_;
 };
 
 const ItemCost& Screen::cost_of(int item_idx, bool full) {
-  const auto& item = w_.items[item_idx];
-  const ItemKey key{spec_, item.program, item.kind, lowering::is_moe_item(s_.model, item), full, group_};
+  auto& memo = memo_[full ? 1 : 0];
+  if (memo.empty()) memo.assign(w_.items.size(), nullptr);
+  const auto idx = static_cast<std::size_t>(item_idx);
+  if (memo[idx] != nullptr) return *memo[idx];
+  const auto& item = w_.items[idx];
+  const bool moe = lowering::is_moe_item(s_.model, item);
+  for (const Seen& x : seen_)
+    if (x.program == item.program && x.kind == item.kind && x.moe == moe && x.full == full) return *(memo[idx] = x.cost);
+  const ItemKey key{spec_, item.program, item.kind, moe, full, group_};
   auto it = cache_.items.find(key);
-  if (it != cache_.items.end()) return it->second;
+  if (it != cache_.items.end()) {
+    seen_.push_back({item.program, item.kind, moe, full, &it->second});
+    return *(memo[idx] = &it->second);
+  }
   const ItemProgram ip = layers_.build(item, full, group_, 0);
   const Tick launch = to_ticks(Seconds{s_.simulation.launch_overhead});
   const bool fused = s_.simulation.fused_vector_ops;
@@ -173,7 +195,9 @@ const ItemCost& Screen::cost_of(int item_idx, bool full) {
   c.transient = ip.transient;
   c.params_dense = ip.params_dense;
   c.params_expert = ip.params_expert;
-  return cache_.items.emplace(key, c).first->second;
+  const ItemCost* stored = &cache_.items.emplace(key, c).first->second;
+  seen_.push_back({item.program, item.kind, moe, full, stored});
+  return *(memo[idx] = stored);
 }
 
 /// The water-filling start of the automatic partition, on layer costs.
