@@ -85,17 +85,24 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
     r.finish();
     return m;
   }
-  constexpr std::int64_t kBig = 1LL << 40;
+  // Upper bounds on every dimension: several times the largest published model's, so that a
+  // typo or a generated config (n_inner = 2^32) is an input error rather than hours of
+  // arithmetic. Largest published values: 128 layers, hidden 25,600 and 160 heads (Megatron-LM's
+  // 1T GPT, Narayanan et al. 2021, Table 1), dense FFN 4 x 25,600 = 102,400, vocabulary 262,144
+  // (Gemma 3), 384 routed experts (Kimi K2), head dimension 256, context 10M tokens (Llama 4 Scout).
+  constexpr std::int64_t kMaxLayers = 1024, kMaxHidden = 1 << 17, kMaxFfn = 1 << 20, kMaxVocab = 1 << 21;
+  constexpr std::int64_t kMaxHeads = 4096, kMaxHeadDim = 4096, kMaxRank = 1 << 16, kMaxExperts = 1 << 16;
+  constexpr std::int64_t kMaxPositions = 1 << 26;
 
   if (gpt2) {
-    m.num_layers = static_cast<int>(r.required_integer({"n_layer", "num_hidden_layers"}, 1, 100000));
-    m.hidden = r.required_integer({"n_embd", "hidden_size"}, 1, kBig);
-    m.heads = static_cast<int>(r.required_integer({"n_head", "num_attention_heads"}, 1, 100000));
+    m.num_layers = static_cast<int>(r.required_integer({"n_layer", "num_hidden_layers"}, 1, kMaxLayers));
+    m.hidden = r.required_integer({"n_embd", "hidden_size"}, 1, kMaxHidden);
+    m.heads = static_cast<int>(r.required_integer({"n_head", "num_attention_heads"}, 1, kMaxHeads));
     m.kv_heads = m.heads;
-    const auto inner = r.opt_integer({"n_inner", "intermediate_size"}, 1, kBig);
+    const auto inner = r.opt_integer({"n_inner", "intermediate_size"}, 1, kMaxFfn);
     m.ffn_hidden = inner.value_or(4 * m.hidden);
-    m.vocab = r.required_integer({"vocab_size"}, 1, kBig);
-    m.learned_positions = r.integer({"n_positions"}, 1024, 0, kBig);
+    m.vocab = r.required_integer({"vocab_size"}, 1, kMaxVocab);
+    m.learned_positions = r.integer({"n_positions"}, 1024, 0, kMaxPositions);
     m.tie_embeddings = r.boolean({"tie_word_embeddings"}, true);
     const std::string act = r.string({"activation_function"}, "gelu_new",
                                      {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "quick_gelu"});
@@ -107,11 +114,11 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
       diag.error(r.child_pointer("n_head"), std::to_string(m.heads),
                  "must divide n_embd=" + std::to_string(m.hidden));
   } else {
-    m.num_layers = static_cast<int>(r.required_integer({"num_hidden_layers"}, 1, 100000));
-    m.hidden = r.required_integer({"hidden_size"}, 1, kBig);
-    m.vocab = r.required_integer({"vocab_size"}, 1, kBig);
-    m.heads = static_cast<int>(r.required_integer({"num_attention_heads"}, 1, 100000));
-    m.kv_heads = static_cast<int>(r.integer({"num_key_value_heads"}, m.heads, 1, 100000));
+    m.num_layers = static_cast<int>(r.required_integer({"num_hidden_layers"}, 1, kMaxLayers));
+    m.hidden = r.required_integer({"hidden_size"}, 1, kMaxHidden);
+    m.vocab = r.required_integer({"vocab_size"}, 1, kMaxVocab);
+    m.heads = static_cast<int>(r.required_integer({"num_attention_heads"}, 1, kMaxHeads));
+    m.kv_heads = static_cast<int>(r.integer({"num_key_value_heads"}, m.heads, 1, kMaxHeads));
     m.tie_embeddings = r.boolean({"tie_word_embeddings"}, false);
     // Llama-family decoders always use a gated MLP (gate, up, down); the activation only
     // names the gate. Nemotron's MLP is not gated (up, squared ReLU, down) and uses LayerNorm.
@@ -124,29 +131,29 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
     if (m.heads > 0 && m.kv_heads > 0 && m.heads % m.kv_heads != 0)
       diag.error(r.child_pointer("num_key_value_heads"), std::to_string(m.kv_heads),
                  "must divide num_attention_heads=" + std::to_string(m.heads));
-    const auto window = r.opt_integer({"sliding_window"}, 0, kBig);
+    const auto window = r.opt_integer({"sliding_window"}, 0, kMaxPositions);
     // Qwen configs carry sliding_window with use_sliding_window=false; honour the switch.
     const bool window_on = j.contains("use_sliding_window") ? j["use_sliding_window"].is_boolean() &&
                                                                   j["use_sliding_window"].get<bool>()
                                                             : true;
     if (window && window_on) m.sliding_window = *window;
-    if (m.heads > 0) m.head_dim = static_cast<int>(r.integer({"head_dim"}, m.hidden / m.heads, 1, 100000));
+    if (m.heads > 0) m.head_dim = static_cast<int>(r.integer({"head_dim"}, m.hidden / m.heads, 1, kMaxHeadDim));
     m.v_head_dim = m.head_dim;
     m.qk_norm = family_is(arch, model_type, {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}, "qwen3") || qwen3moe;
 
     if (dsv3 || pangu) {
       m.attention = AttentionKind::MLA;
-      m.q_lora_rank = static_cast<int>(r.integer({dsv3 ? "q_lora_rank" : "attention_q_lora_dim"}, 0, 0, 1 << 20));
-      m.kv_lora_rank = static_cast<int>(r.required_integer({dsv3 ? "kv_lora_rank" : "attention_kv_lora_dim"}, 1, 1 << 20));
-      m.qk_nope_dim = static_cast<int>(r.required_integer({dsv3 ? "qk_nope_head_dim" : "attention_qk_dim"}, 1, 1 << 20));
-      m.qk_rope_dim = static_cast<int>(r.required_integer({dsv3 ? "qk_rope_head_dim" : "attention_qk_rope_dim"}, 0, 1 << 20));
-      m.v_head_dim = static_cast<int>(r.required_integer({dsv3 ? "v_head_dim" : "attention_v_dim"}, 1, 1 << 20));
+      m.q_lora_rank = static_cast<int>(r.integer({dsv3 ? "q_lora_rank" : "attention_q_lora_dim"}, 0, 0, kMaxRank));
+      m.kv_lora_rank = static_cast<int>(r.required_integer({dsv3 ? "kv_lora_rank" : "attention_kv_lora_dim"}, 1, kMaxRank));
+      m.qk_nope_dim = static_cast<int>(r.required_integer({dsv3 ? "qk_nope_head_dim" : "attention_qk_dim"}, 1, kMaxHeadDim));
+      m.qk_rope_dim = static_cast<int>(r.required_integer({dsv3 ? "qk_rope_head_dim" : "attention_qk_rope_dim"}, 0, kMaxHeadDim));
+      m.v_head_dim = static_cast<int>(r.required_integer({dsv3 ? "v_head_dim" : "attention_v_dim"}, 1, kMaxHeadDim));
       m.head_dim = m.qk_nope_dim + m.qk_rope_dim;
-      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kBig);
-      m.num_experts = static_cast<int>(r.required_integer({dsv3 ? "n_routed_experts" : "num_routed_experts"}, 0, 1 << 20));
+      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kMaxFfn);
+      m.num_experts = static_cast<int>(r.required_integer({dsv3 ? "n_routed_experts" : "num_routed_experts"}, 0, kMaxExperts));
       m.num_shared_experts = static_cast<int>(r.integer({dsv3 ? "n_shared_experts" : "num_shared_experts"}, 0, 0, 1024));
-      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, 1 << 20));
-      m.expert_ffn_hidden = r.required_integer({"moe_intermediate_size"}, 1, kBig);
+      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, kMaxExperts));
+      m.expert_ffn_hidden = r.required_integer({"moe_intermediate_size"}, 1, kMaxFfn);
       m.shared_expert_ffn_hidden = m.expert_ffn_hidden * m.num_shared_experts;
       m.mtp_layers = static_cast<int>(r.integer({dsv3 ? "num_nextn_predict_layers" : "num_mtp_layers"}, 0, 0, 64));
       const int dense = static_cast<int>(r.integer({dsv3 ? "first_k_dense_replace" : "num_dense_layers"}, 0, 0, m.num_layers));
@@ -154,16 +161,16 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
       m.is_moe_layer.assign(m.num_layers, false);
       for (int i = dense; i < m.num_layers; ++i) m.is_moe_layer[i] = ((i - dense) % freq) == 0;
     } else if (mixtral) {
-      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kBig);
-      m.num_experts = static_cast<int>(r.required_integer({"num_local_experts"}, 1, 1 << 20));
-      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, 1 << 20));
+      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kMaxFfn);
+      m.num_experts = static_cast<int>(r.required_integer({"num_local_experts"}, 1, kMaxExperts));
+      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, kMaxExperts));
       m.expert_ffn_hidden = m.ffn_hidden;
       m.is_moe_layer.assign(m.num_layers, true);
     } else if (qwen3moe) {
-      m.ffn_hidden = r.integer({"intermediate_size"}, 0, 0, kBig);
-      m.num_experts = static_cast<int>(r.required_integer({"num_experts"}, 1, 1 << 20));
-      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, 1 << 20));
-      m.expert_ffn_hidden = r.required_integer({"moe_intermediate_size"}, 1, kBig);
+      m.ffn_hidden = r.integer({"intermediate_size"}, 0, 0, kMaxFfn);
+      m.num_experts = static_cast<int>(r.required_integer({"num_experts"}, 1, kMaxExperts));
+      m.top_k = static_cast<int>(r.required_integer({"num_experts_per_tok"}, 1, kMaxExperts));
+      m.expert_ffn_hidden = r.required_integer({"moe_intermediate_size"}, 1, kMaxFfn);
       const int step = static_cast<int>(r.integer({"decoder_sparse_step"}, 1, 1, 1 << 20));
       std::vector<int> mlp_only;
       if (const auto* mo = r.get({"mlp_only_layers"})) {
@@ -178,7 +185,7 @@ ModelSpec parse_model_config(const nlohmann::json& j, const std::string& pointer
       if (m.num_moe_layers() < m.num_layers && m.ffn_hidden == 0)
         diag.error(r.child_pointer("intermediate_size"), "", "is required when some layers are dense (mlp_only_layers)");
     } else {
-      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kBig);
+      m.ffn_hidden = r.required_integer({"intermediate_size"}, 1, kMaxFfn);
     }
     if (m.is_moe_layer.empty()) m.is_moe_layer.assign(m.num_layers, false);
     if (m.is_moe() && m.top_k > m.num_experts)

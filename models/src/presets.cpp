@@ -36,8 +36,19 @@ void unknown_preset(Diagnostics& diag, const std::string& pointer, const std::st
   std::string msg = "is not a " + std::string(kind) + " preset";
   const auto near = closest_match(name, preset_names(kind));
   if (!near.empty()) msg += "; did you mean \"" + near + "\"?";
-  msg += " Known: " + list_names(kind);
+  msg += ". Known: " + list_names(kind);
   diag.error(pointer, "\"" + name + "\"", msg);
+}
+
+/// A model given as a path: relative to the scenario's directory; a Hugging Face model
+/// directory stands for its config.json.
+std::filesystem::path model_file(const std::string& name, const std::string& base_dir) {
+  std::filesystem::path path(name);
+  if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(path / "config.json", ec))
+    path /= "config.json";
+  return path;
 }
 }  // namespace
 
@@ -92,14 +103,15 @@ ModelSpec load_model(const nlohmann::json& spec, const std::string& pointer, Dia
       if (m.name.empty() || m.name == m.architecture) m.name = name;
       return m;
     }
-    const bool looks_like_path =
-        name.find('/') != std::string::npos || (name.size() > 5 && name.substr(name.size() - 5) == ".json");
+    std::error_code ec;
+    const bool looks_like_path = name.find('/') != std::string::npos ||
+                                 (name.size() > 5 && name.substr(name.size() - 5) == ".json") ||
+                                 std::filesystem::is_regular_file(model_file(name, base_dir), ec);
     if (!looks_like_path) {
       unknown_preset(diag, pointer, name, "model");
       return ModelSpec{};
     }
-    std::filesystem::path path(name);
-    if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+    const std::filesystem::path path = model_file(name, base_dir);
     Diagnostics local(path.string());
     auto j = read_json_file(path.string(), local);
     ModelSpec m;
@@ -154,8 +166,7 @@ std::optional<nlohmann::json> model_config(const nlohmann::json& spec, const std
   }
   const std::string name = spec.get<std::string>();
   if (auto j = preset_json("model", name)) return stripped(*j);
-  std::filesystem::path path(name);
-  if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+  const std::filesystem::path path = model_file(name, base_dir);
   Diagnostics local(path.string());
   auto j = read_json_file(path.string(), local);
   for (const auto& x : local.list()) diag.error_in(x.file, x.pointer, x.value, x.constraint);

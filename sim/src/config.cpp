@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -10,7 +12,9 @@
 namespace moesim {
 
 std::string Diagnostic::to_string() const {
-  std::string s = file + ":" + (pointer.empty() ? std::string("/") : pointer) + ": ";
+  // A command-line option ("--trace-ranks") has no JSON path.
+  std::string s = pointer.empty() && file.starts_with("--") ? file + ": "
+                                                             : file + ":" + (pointer.empty() ? std::string("/") : pointer) + ": ";
   if (!value.empty()) s += value + " ";
   s += constraint;
   return s;
@@ -46,10 +50,16 @@ ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
     : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
 
 void Diagnostics::error(std::string pointer, std::string value, std::string constraint) {
-  list_.push_back(Diagnostic{file_, std::move(pointer), std::move(value), std::move(constraint)});
+  error_in(file_, std::move(pointer), std::move(value), std::move(constraint));
 }
 
 void Diagnostics::error_in(std::string file, std::string pointer, std::string value, std::string constraint) {
+  // One problem per value: a value already reported (e.g. 4096.5 "must be an integer") is read
+  // as its default afterwards, and checks on that default would report things the user never
+  // wrote ("seq_length: 1 must be divisible by 8").
+  if (!pointer.empty())
+    for (const Diagnostic& d : list_)
+      if (d.pointer == pointer && d.file == file) return;
   list_.push_back(Diagnostic{std::move(file), std::move(pointer), std::move(value), std::move(constraint)});
 }
 
@@ -324,6 +334,32 @@ void apply_override(nlohmann::json& doc, std::string_view assignment, Diagnostic
   }
 }
 
+ConfigError blame_overrides(const ConfigError& e, const std::string& file, std::span<const std::string> overrides,
+                            std::string_view label) {
+  std::vector<Diagnostic> out = e.diagnostics();
+  for (Diagnostic& d : out) {
+    if (d.file != file) continue;
+    // The last override of a path wins, as in apply_override.
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+      const auto eq = it->find('=');
+      if (eq == std::string::npos) continue;
+      std::string pointer;
+      for (std::size_t start = 0;;) {
+        const auto dot = it->find('.', start);
+        const auto end = std::min(dot, eq);
+        pointer += "/" + escape_pointer_token(std::string_view(*it).substr(start, end - start));
+        if (dot == std::string::npos || dot > eq) break;
+        start = dot + 1;
+      }
+      if (d.pointer == pointer || d.pointer.starts_with(pointer + "/")) {
+        d.file = std::string(label) + " " + *it;
+        break;
+      }
+    }
+  }
+  return ConfigError(std::move(out));
+}
+
 namespace {
 void strip_sources_rec(nlohmann::json& j, const std::string& pointer, Diagnostics& diag,
                        std::vector<std::pair<std::string, std::string>>& out) {
@@ -359,34 +395,155 @@ std::vector<std::pair<std::string, std::string>> strip_sources(nlohmann::json& j
   return out;
 }
 
+namespace {
+
+/// Line and column (1-based) of byte `at` in `text`.
+std::pair<std::size_t, std::size_t> line_col(std::string_view text, std::size_t at) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < at && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+/// What the JSON parser would accept but moesim refuses before parsing: nesting deeper than
+/// kMaxJsonDepth (a deep document would exhaust the stack of any recursive walk over it) and
+/// numbers beyond the range of a double (2e308). Reported with the JSON path of the place.
+/// Malformed text is left to the parser (the scan stops at the first thing it does not
+/// understand), so a syntax error keeps its own message.
+bool check_json_limits(std::string_view text, Diagnostics& diag) {
+  struct Frame {
+    bool object;
+    std::string key;
+    std::size_t index = 0;
+  };
+  std::vector<Frame> stack;
+  bool expect_key = false;
+  auto pointer = [&stack] {
+    std::string p;
+    for (const Frame& f : stack) p += "/" + (f.object ? escape_pointer_token(f.key) : std::to_string(f.index));
+    return p;
+  };
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ':') {
+      ++i;
+    } else if (c == '{' || c == '[') {
+      if (stack.size() >= kMaxJsonDepth) {
+        const auto [line, col] = line_col(text, i);
+        std::string where = pointer();
+        if (where.size() > 120) where = where.substr(0, 120) + "/...";
+        diag.error(where, "",
+                   "is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep (line " + std::to_string(line) +
+                       ", column " + std::to_string(col) + "); moesim's inputs are at most a few levels deep");
+        return false;
+      }
+      stack.push_back({c == '{', "", 0});
+      expect_key = c == '{';
+      ++i;
+    } else if (c == '}' || c == ']') {
+      if (stack.empty()) return true;
+      stack.pop_back();
+      expect_key = false;
+      ++i;
+    } else if (c == ',') {
+      if (stack.empty()) return true;
+      if (stack.back().object) expect_key = true;
+      else ++stack.back().index;
+      ++i;
+    } else if (c == '"') {
+      const std::size_t start = ++i;
+      while (i < text.size() && text[i] != '"') i += text[i] == '\\' ? 2 : 1;
+      if (i >= text.size()) return true;
+      if (expect_key && !stack.empty()) {
+        // Keys with escapes are rare in moesim's inputs; the raw text names them well enough.
+        stack.back().key.assign(text.substr(start, i - start));
+        expect_key = false;
+      }
+      ++i;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      const std::size_t start = i;
+      while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '-' || text[i] == '+' ||
+                                 text[i] == '.' || text[i] == 'e' || text[i] == 'E'))
+        ++i;
+      const std::string token(text.substr(start, i - start));
+      const double v = std::strtod(token.c_str(), nullptr);
+      if (!std::isfinite(v)) {
+        diag.error(pointer(), token.size() > 40 ? token.substr(0, 40) + "..." : token,
+                   "is out of range for a number (at most 1.8e308 in magnitude)");
+        return false;
+      }
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    } else {
+      return true;  // not JSON: the parser says where
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<nlohmann::json> parse_json_text(std::string_view text, Diagnostics& diag) {
+  if (!check_json_limits(text, diag)) return std::nullopt;
   try {
     return nlohmann::json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/false);
   } catch (const nlohmann::json::parse_error& e) {
-    // Locate line and column from the byte offset.
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
+    const auto [line, col] = line_col(text, e.byte > 0 ? e.byte - 1 : 0);
     std::string what = e.what();
     const auto pos = what.find("syntax error");
     if (pos != std::string::npos) what = what.substr(pos);
     diag.error("", "", "is not valid JSON (line " + std::to_string(line) + ", column " + std::to_string(col) +
                            "): " + what);
     return std::nullopt;
+  } catch (const nlohmann::json::exception& e) {  // anything the scan above did not foresee
+    diag.error("", "", std::string("cannot be read as JSON: ") + e.what());
+    return std::nullopt;
   }
 }
 
 std::optional<nlohmann::json> read_json_file(const std::string& path, Diagnostics& diag) {
   std::string text;
+  const std::string limit = std::to_string(kMaxInputBytes >> 20) + " MiB";
   if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    // At most the limit and one byte more: an endless stream is refused, not read forever.
+    text.resize(kMaxInputBytes + 1);
+    std::cin.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(std::cin.gcount()));
+    if (text.size() > kMaxInputBytes) {
+      diag.error_in("<stdin>", "", "", "is larger than " + limit + ", the limit for an input file");
+      return std::nullopt;
+    }
   } else {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st)) {
+      diag.error_in(path, "", "", "cannot be opened (no such file or not readable)");
+      return std::nullopt;
+    }
+    if (std::filesystem::is_directory(st)) {
+      const bool hf = std::filesystem::exists(std::filesystem::path(path) / "config.json", ec);
+      diag.error_in(path, "", "",
+                    std::string("is a directory, not a JSON file") +
+                        (hf ? " (a model directory: give its config.json)" : ""));
+      return std::nullopt;
+    }
+    if (!std::filesystem::is_regular_file(st)) {
+      diag.error_in(path, "", "", "is not a regular file (a device, pipe or socket); moesim reads JSON files");
+      return std::nullopt;
+    }
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxInputBytes) {
+      diag.error_in(path, "", "",
+                    "is " + std::to_string(size >> 20) + " MiB, larger than " + limit + ", the limit for an input file");
+      return std::nullopt;
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       diag.error_in(path, "", "", "cannot be opened (no such file or not readable)");

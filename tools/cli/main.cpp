@@ -1,6 +1,7 @@
 // moesim — command-line interface (see docs: INTERFACE.md contract v1).
 //
 //   moesim simulate SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--fidelity F] [--memory-detail]
+//                   [--max-memory 8GB]
 //   moesim search   SCENARIO [--set KEY=VALUE ...] [--top K] [--threads N] [--format table|json|csv] [--out FILE] [--resume]
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
@@ -12,6 +13,8 @@
 // Exit status: 0 success, 2 bad input, 3 infeasible plan, 1 internal error.
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -83,14 +86,53 @@ strategies::Scenario load(const std::string& path, const std::vector<std::string
   return strategies::load_scenario_file(path, overrides);
 }
 
+/// The --trace-* options as TraceOptions; every problem reported at once (exit 2).
+struct TraceArgs {
+  std::vector<int> ranks;
+  std::string window, max_size = "1GB";
+  std::vector<std::string> streams;
+};
+
+strategies::TraceOptions trace_options(const TraceArgs& a) {
+  strategies::TraceOptions o;
+  std::vector<Diagnostic> bad;
+  o.ranks = a.ranks;
+  o.streams = a.streams;
+  if (!a.window.empty()) {
+    const auto colon = a.window.find(':');
+    char* end1 = nullptr;
+    char* end2 = nullptr;
+    const std::string from = a.window.substr(0, colon), to = colon == std::string::npos ? "" : a.window.substr(colon + 1);
+    o.from_s = std::strtod(from.c_str(), &end1);
+    o.to_s = std::strtod(to.c_str(), &end2);
+    if (colon == std::string::npos || from.empty() || to.empty() || *end1 != '\0' || *end2 != '\0' ||
+        !std::isfinite(o.from_s) || !std::isfinite(o.to_s) || o.from_s < 0 || o.to_s <= o.from_s)
+      bad.push_back({"--trace-window", "", "\"" + a.window + "\"", "must be FROM:TO in seconds with 0 <= FROM < TO (e.g. 0:2.5)"});
+  }
+  if (a.max_size == "0") {
+    o.max_bytes = 0;
+  } else {
+    const auto q = parse_quantity(a.max_size);
+    if (!q || q->dimension != Dimension::Bytes || q->value <= 0)
+      bad.push_back({"--trace-max-size", "", "\"" + a.max_size + "\"", "must be a size such as 500MB or 2GB (0: no limit)"});
+    else
+      o.max_bytes = q->value;
+  }
+  if (!bad.empty()) throw ConfigError(std::move(bad));
+  return o;
+}
+
 int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, const std::string& format,
-                 const std::string& trace, const std::string& fidelity, bool no_wall_time, bool memory_detail) {
+                 const std::string& trace, const TraceArgs& trace_args, const std::string& fidelity, bool no_wall_time,
+                 bool memory_detail) {
   const strategies::Scenario s = load(path, sets, fidelity);
+  const strategies::TraceOptions topt = trace_options(trace_args);
   if (!trace.empty()) refuse_output_over_input("--trace", trace, s.input_files());
   const strategies::Simulation sim = strategies::simulate(s, &g_interrupt, memory_detail);
   if (!trace.empty()) {
+    (void)strategies::estimate_chrome_trace(sim, topt);  // bad ranks or streams: before the file is opened
     OutputFile out(trace);
-    strategies::write_chrome_trace(out.stream(), sim);
+    strategies::write_chrome_trace(out.stream(), sim, topt);
     throw_if_cancelled(&g_interrupt);
     out.commit();
   }
@@ -418,7 +460,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("moesim ") + strategies::kVersion);
   app.require_subcommand(1);
 
-  std::string scenario, format = "table", trace, fidelity, which;
+  std::string scenario, format = "table", trace, fidelity, which, max_memory;
+  TraceArgs trace_args;
   std::vector<std::string> case_files;
   std::string cross_validate, bands_out;
   int validate_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -432,6 +475,15 @@ int main(int argc, char** argv) {
   sim->add_option("--trace", trace, "write a Chrome trace-event JSON (open in Perfetto)");
   sim->add_option("--fidelity", fidelity, "fast | balanced (default) | full")
       ->check(CLI::IsMember({"fast", "balanced", "full"}));
+  sim->add_option("--trace-ranks", trace_args.ranks, "keep only these global ranks in the trace: 0,128")
+      ->delimiter(',');
+  sim->add_option("--trace-window", trace_args.window, "keep only tasks overlapping FROM:TO seconds of the step");
+  sim->add_option("--trace-streams", trace_args.streams, "keep only these streams: compute,ep (see the trace)")
+      ->delimiter(',');
+  sim->add_option("--trace-max-size", trace_args.max_size,
+                  "refuse a trace estimated above this size (default 1GB; 0: no limit)");
+  sim->add_option("--max-memory", max_memory,
+                  "refuse a simulation estimated above this much memory, e.g. 8GB (default: 3/4 of the RAM)");
   sim->add_flag("--no-wall-time", no_wall_time, "omit the simulator's wall time (byte-identical output)");
   sim->add_flag("--memory-detail", memory_detail,
                 "list every term of the largest stage's memory: activations per operator (with what is kept, "
@@ -545,7 +597,10 @@ int main(int argc, char** argv) {
   } restore{cout_buf, cerr_buf};
   int rc = 0;
   try {
-    if (*sim) rc = cmd_simulate(scenario, sets, format, trace, fidelity, no_wall_time, memory_detail);
+    if (*sim) {
+      if (!max_memory.empty()) sets.push_back("simulation.max_memory=" + nlohmann::json(max_memory).dump());
+      rc = cmd_simulate(scenario, sets, format, trace, trace_args, fidelity, no_wall_time, memory_detail);
+    }
     else if (*check) rc = cmd_check(scenario, sets);
     else if (*srch) rc = cmd_search(scenario, sets, format, top, threads, out_lines, resume, no_wall_time);
     else if (*val)

@@ -247,12 +247,21 @@ ScenarioInput scenario_input(py::handle scenario, py::handle overrides, py::hand
 
 /// Loads like the CLI (call without the GIL). Throws moesim::ConfigError.
 st::Scenario load(const ScenarioInput& in) {
-  if (in.path) return st::load_scenario_file(*in.path, in.overrides);
+  if (in.path) return st::load_scenario_file(*in.path, in.overrides, "override");
   json doc = in.document;
   moesim::Diagnostics set_diag(kDictFile);
-  for (const auto& o : in.overrides) moesim::apply_override(doc, st::canonical_override(doc, o), set_diag);
+  std::vector<std::string> applied;
+  for (const auto& o : in.overrides) {
+    applied.push_back(st::canonical_override(doc, o));
+    moesim::apply_override(doc, applied.back(), set_diag);
+  }
   set_diag.throw_if_any();
-  return st::load_scenario(doc, kDictFile, "");
+  try {
+    return st::load_scenario(doc, kDictFile, "");
+  } catch (const moesim::ConfigError& e) {
+    if (applied.empty()) throw;
+    throw moesim::blame_overrides(e, kDictFile, applied, "override");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -216,7 +216,14 @@ ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOpti
       Diagnostics set_diag(file);
       for (const auto& ov : opt.overrides) apply_override(doc, ov, set_diag);
       set_diag.throw_if_any();
-      strategies::Scenario sc = strategies::load_scenario(doc, file + " case " + o.id, "");
+      const std::string case_file = file + " case " + o.id;
+      strategies::Scenario sc;
+      try {
+        sc = strategies::load_scenario(doc, case_file, "");
+      } catch (const ConfigError& e) {
+        if (opt.overrides.empty()) throw;
+        throw blame_overrides(e, case_file, opt.overrides, "--set");
+      }
       strategies::set_fidelity(sc, opt.fidelity);
       if (!sc.software.applied.empty()) {
         std::string applied;

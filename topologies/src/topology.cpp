@@ -109,6 +109,16 @@ ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, D
       }
     }
   }
+  // A job over several servers whose last server is partly used: its collectives would see a
+  // group shape the others do not, and a real job allocates whole servers. A single partial
+  // server (a small job) is normal.
+  const bool allow_partial = r.boolean({"allow_partial_node"}, false);
+  if (c.devices > c.devices_per_node && c.devices % c.devices_per_node != 0 && !allow_partial)
+    diag.error(r.child_pointer("devices"), std::to_string(c.devices),
+               fmt::format("leaves the last server partly used ({} = {} x {} + {}); jobs over several servers "
+                           "allocate whole ones. Set cluster.allow_partial_node: true if this is intended",
+                           c.devices, c.devices / c.devices_per_node, c.devices_per_node,
+                           c.devices % c.devices_per_node));
   r.ignore({"source", "_source"});
   r.finish();
   return c;

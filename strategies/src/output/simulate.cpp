@@ -1,4 +1,6 @@
 #include "moesim/strategies/output/simulate.hpp"
+
+#include <unistd.h>
 #include "moesim/strategies/plan/schedule.hpp"
 
 #include <algorithm>
@@ -440,14 +442,62 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel, bool memory_det
   return simulate_stragglers(s, cancel, memory_detail);
 }
 
+namespace {
+
+/// Memory of a simulation per task, measured: the task arrays and edges (about 55 bytes), the
+/// builder's edge list, the run's start and end times, the engine's per-slot wait lists and
+/// port sharing's base durations; the 718B at full fidelity (111M tasks) passed 19.7 GB.
+constexpr double kBytesPerTask = 180;
+
+double memory_limit(const Scenario& s) {
+  if (s.simulation.max_memory_bytes > 0) return s.simulation.max_memory_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? 0.75 * static_cast<double>(pages) * static_cast<double>(page) : 16e9;
+}
+
+[[noreturn]] void refuse(const Scenario& s, double tasks, double ranks, const std::string& advice) {
+  const double need = tasks * kBytesPerTask;
+  throw ConfigError({Diagnostic{
+      s.file, "/simulation/fidelity", "\"" + std::string(fidelity_name(s.simulation.fidelity)) + "\"",
+      fmt::format("would simulate {:.0f} ranks in about {:.3g}M tasks, needing about {:.1f} GB ({:.0f} bytes per task), "
+                  "above the {:.1f} GB limit (simulation.max_memory or --max-memory; by default 3/4 of this "
+                  "machine's RAM); {}",
+                  ranks, tasks / 1e6, need / 1e9, kBytesPerTask, memory_limit(s) / 1e9, advice)}});
+}
+
+/// Full fidelity simulates every device: its size is estimated from the default fidelity's
+/// lowering (tasks per simulated rank x devices) and refused before anything large is built.
+void check_full_fidelity_fits(const Scenario& s, const topologies::Topology& topo, const models::Workload& w,
+                              const CancelFlag* cancel) {
+  if (s.simulation.fidelity != Fidelity::Full) return;
+  Scenario probe = s;
+  probe.simulation.fidelity = Fidelity::Balanced;
+  const Lowered low = lower(probe, topo, w, cancel, false);
+  const double ranks = static_cast<double>(low.ranks.size());
+  const double tasks = static_cast<double>(low.graph.num_tasks()) / std::max(1.0, ranks) * s.cluster.devices;
+  if (tasks * kBytesPerTask > memory_limit(s))
+    refuse(s, tasks, s.cluster.devices,
+           fmt::format("the default fidelity \"balanced\" simulates the {:.0f} distinct ranks ({:.2f} GB) and "
+                       "predicts the same step time",
+                       ranks, static_cast<double>(low.graph.num_tasks()) * kBytesPerTask / 1e9));
+}
+
+}  // namespace
+
 Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memory_detail) {
   const auto t0 = std::chrono::steady_clock::now();
   Simulation out;
   Result& r = out.result;
   const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
   const topologies::Topology topo = topologies::build_topology(s.cluster);
+  check_full_fidelity_fits(s, topo, w, cancel);
   out.lowered = lower(s, topo, w, cancel, memory_detail);
   const Lowered& low = out.lowered;
+  // Any fidelity: the engine's share comes after the graph; refuse before running it.
+  if (static_cast<double>(low.graph.num_tasks()) * kBytesPerTask > memory_limit(s))
+    refuse(s, static_cast<double>(low.graph.num_tasks()), static_cast<double>(low.ranks.size()),
+           s.simulation.fidelity == Fidelity::Fast ? "raise the limit if the machine has the memory"
+                                                   : "the fidelity \"fast\" merges each pass into a few tasks");
   out.run = sim::Engine(low.graph, cancel).run();
   check_run(out.run, s, low);
   if (s.simulation.port_sharing && s.simulation.fidelity != Fidelity::Fast) share_ports(out, s, cancel);
@@ -826,55 +876,6 @@ std::string format_memory_detail(const MemoryDetail& d, double capacity_bytes) {
   o += fmt::format("    {:<22} {:>11}  {:<26} {}\n", "total", bytes_text(d.total_bytes), "",
                    fmt::format("the sum of the parts above ({}); capacity {}", bytes_text(sum), bytes_text(capacity_bytes)));
   return o;
-}
-
-void write_chrome_trace(std::ostream& out, const Simulation& sim) {
-  const auto& g = sim.lowered.graph;
-  const auto& run = sim.run;
-  const auto& ranks = sim.lowered.ranks;
-  const auto& cats = g.category_names();
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  char buf[512];
-  auto emit = [&](const char* text) {
-    if (!first) out << ",\n";
-    first = false;
-    out << text;
-  };
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    std::snprintf(buf, sizeof buf,
-                  "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%zu,\"args\":{\"name\":\"rank %d (stage %d)\"}}", i,
-                  ranks[i].global_rank, ranks[i].stage);
-    emit(buf);
-    std::snprintf(buf, sizeof buf, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%zu,\"args\":{\"sort_index\":%zu}}",
-                  i, i);
-    emit(buf);
-    for (int s = 0; s < kNumStreams; ++s) {
-      std::snprintf(buf, sizeof buf,
-                    "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%zu,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", i, s,
-                    stream_name(static_cast<Stream>(s)));
-      emit(buf);
-    }
-  }
-  // Map each stream resource to (rank, stream index).
-  std::vector<std::pair<int, int>> where(g.num_resources(), {-1, -1});
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    for (int s = 0; s < kNumStreams; ++s) where[ranks[i].streams[s]] = {static_cast<int>(i), s};
-  for (sim::TaskId t = 0; t < g.num_tasks(); ++t) {
-    const Tick d = run.end[t] - run.start[t];
-    if (d <= 0) continue;
-    for (sim::ResourceId res : g.resources_of(t)) {
-      const auto [rank, stream] = where[res];
-      if (rank < 0) continue;  // links are not tracks
-      std::snprintf(buf, sizeof buf,
-                    "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                    "\"args\":{\"microbatch\":%d}}",
-                    g.label_text(g.label(t)).c_str(), cats[g.category(t)].c_str(), rank, stream,
-                    static_cast<double>(run.start[t]) / 1e6, static_cast<double>(d) / 1e6, g.ordinal(t));
-      emit(buf);
-    }
-  }
-  out << "\n]}\n";
 }
 
 }  // namespace moesim::strategies

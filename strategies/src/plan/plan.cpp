@@ -120,6 +120,7 @@ void parse_switches(ObjectReader& r, Plan& p, Diagnostics& diag) {
   p.sequence_parallel = r.boolean({"sequence_parallel"}, false);
   parse_dp_sharding(r, p, diag);
   p.moe_tp_extend_ep = r.boolean({"moe_tp_extend_ep"}, false);
+  p.allow_cross_node_tp = r.boolean({"allow_cross_node_tp"}, false);
   p.overlap_grad_reduce = r.boolean({"overlap_grad_reduce"}, false);
   p.overlap_param_gather = r.boolean({"overlap_param_gather"}, false);
   p.tp_comm_overlap = r.boolean({"tp_comm_overlap"}, false);
@@ -353,6 +354,18 @@ void check_tensor_parallel(const Plan& p, const TrainingSpec& t, const models::M
                    (p.cp > 1 ? " x 2 (load-balanced context parallelism)" : "") + " = " + std::to_string(seq_div)}; });
 }
 
+/// Tensor-parallel groups inside one scale-up domain: Megatron places TP ranks on consecutive
+/// devices, so a group crosses servers when tp exceeds the server or does not divide it, and
+/// its per-layer collectives then go over the NICs (a few GB/s instead of hundreds).
+void check_tensor_placement(const Plan& p, const topologies::ClusterSpec& c, PlanChecker& ck) {
+  if (p.allow_cross_node_tp || p.tp <= 1 || c.devices <= c.devices_per_node) return;
+  if (p.tp > c.devices_per_node || c.devices_per_node % p.tp != 0)
+    ck.fail([&] { return ck.keyed("tensor_model_parallel_size", p.tp,
+        "places tensor-parallel groups across servers of " + std::to_string(c.devices_per_node) +
+            " devices: their per-layer collectives would leave the scale-up domain. Set "
+            "parallelism.allow_cross_node_tp: true if this is intended"); });
+}
+
 /// Expert parallelism against the experts and the devices (a dense model has none).
 void check_expert_parallel(const Plan& p, const models::ModelSpec& m, bool dp_known, PlanChecker& ck) {
   if (m.is_moe()) {
@@ -465,6 +478,7 @@ bool check_plan(Plan& p, const TrainingSpec& t, const models::ModelSpec& m, cons
   resolve_vpp(p, m, ck);
   const bool dp_known = resolve_dp(p, c, ck);
   check_tensor_parallel(p, t, m, ck);
+  check_tensor_placement(p, c, ck);
   check_expert_parallel(p, m, dp_known, ck);
   resolve_microbatches(p, t, dp_known, ck);
   check_schedule(p, t, ck);
@@ -580,6 +594,7 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
     s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
     s.simulation.port_sharing = r.boolean({"port_sharing"}, true);
+    s.simulation.max_memory_bytes = r.opt_quantity({"max_memory"}, Dimension::Bytes, 1.0).value_or(0.0);
     if (const auto* st = r.get({"stragglers"})) parse_stragglers(*st, s, diag);
     if (const auto* hd = r.get({"host_dispatch"})) {
       ObjectReader q(*hd, "/simulation/host_dispatch", diag);
@@ -825,17 +840,27 @@ std::string canonical_override(const nlohmann::json& doc, const std::string& ass
   return assignment;
 }
 
-Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides) {
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides,
+                            std::string_view override_label) {
   const std::string file = path == "-" ? "<stdin>" : path;
   Diagnostics diag(file);
   auto doc = read_json_file(path, diag);
   diag.throw_if_any();
   Diagnostics set_diag(file);
-  for (const auto& o : overrides) apply_override(*doc, canonical_override(*doc, o), set_diag);
+  std::vector<std::string> applied;
+  for (const auto& o : overrides) {
+    applied.push_back(canonical_override(*doc, o));
+    apply_override(*doc, applied.back(), set_diag);
+  }
   set_diag.throw_if_any();
   std::string base_dir;
   if (path != "-") base_dir = std::filesystem::path(path).parent_path().string();
-  return load_scenario(*doc, file, base_dir);
+  try {
+    return load_scenario(*doc, file, base_dir);
+  } catch (const ConfigError& e) {
+    if (applied.empty()) throw;
+    throw blame_overrides(e, file, applied, override_label);
+  }
 }
 
 }  // namespace moesim::strategies

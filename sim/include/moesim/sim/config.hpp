@@ -130,13 +130,26 @@ class ObjectReader {
 /// otherwise taken as a string. Intermediate objects are created. Errors go to `diag`.
 void apply_override(nlohmann::json& doc, std::string_view assignment, Diagnostics& diag);
 
+/// The diagnostics of `e` about a value an override set (at its path or below) name the override
+/// ("<label> a.b.c=VALUE") as their source instead of `file`: an error in `--set` or in a Python
+/// override is not the scenario file's.
+ConfigError blame_overrides(const ConfigError& e, const std::string& file, std::span<const std::string> overrides,
+                            std::string_view label);
+
 /// Presets write every number as {"value": v, "source": "where it comes from"}. This replaces
 /// each such object by its value, in place, and returns the sources by JSON pointer. A
 /// {"value"} without a non-empty string "source" (or with other keys) is reported.
 std::vector<std::pair<std::string, std::string>> strip_sources(nlohmann::json& j, const std::string& pointer,
                                                                Diagnostics& diag);
 
-/// Parses JSON text; syntax errors become diagnostics with line and column.
+/// Limits on what an input may be, checked before anything is parsed: an input file (or stdin)
+/// is at most kMaxInputBytes (the largest file moesim ships, the calibration cases, is under
+/// 1 MiB) and JSON nests at most kMaxJsonDepth levels (scenarios nest about 5).
+inline constexpr std::size_t kMaxInputBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
+/// Parses JSON text; syntax errors become diagnostics with line and column, and so do nesting
+/// deeper than kMaxJsonDepth and numbers beyond a double's range (with their JSON path).
 std::optional<nlohmann::json> parse_json_text(std::string_view text, Diagnostics& diag);
 /// Reads and parses a file ("-" is standard input).
 std::optional<nlohmann::json> read_json_file(const std::string& path, Diagnostics& diag);

@@ -162,7 +162,26 @@ nlohmann::json to_json(const MemoryDetail& d);
 /// The memory detail as a table (units GiB / MiB), with the activations' reconciliation line.
 std::string format_memory_detail(const MemoryDetail& d, double capacity_bytes);
 
+/// What a trace keeps (`moesim simulate --trace-ranks/--trace-window/--trace-streams`). A
+/// skewed-routing run simulates hundreds of ranks and its whole trace passes a gigabyte.
+struct TraceOptions {
+  std::vector<int> ranks;            ///< global ranks to keep (empty: all simulated)
+  double from_s = 0;                 ///< keep tasks that overlap [from_s, to_s)
+  double to_s = 0;                   ///< 0: to the end of the step
+  std::vector<std::string> streams;  ///< stream names to keep (compute, tp, ep, ...; empty: all)
+  double max_bytes = 1e9;            ///< refuse to write a trace estimated above this (0: no limit)
+};
+
+/// The trace's size before writing: events kept and bytes (about 125 per event).
+struct TraceEstimate {
+  std::uint64_t events = 0;
+  double bytes = 0;
+};
+TraceEstimate estimate_chrome_trace(const Simulation& sim, const TraceOptions& opt = {});
+
 /// Chrome trace-event JSON (Perfetto): one process per simulated rank, one thread per stream.
-void write_chrome_trace(std::ostream& out, const Simulation& sim);
+/// Throws ConfigError (naming the trace options) when the estimate passes opt.max_bytes or an
+/// option names a rank or stream that is not there.
+void write_chrome_trace(std::ostream& out, const Simulation& sim, const TraceOptions& opt = {});
 
 }  // namespace moesim::strategies

@@ -90,6 +90,7 @@ struct Plan {
   /// and set_reshard_after_backward false for all but the last backward).
   bool grad_sync_every_microbatch = true;
   bool moe_tp_extend_ep = false;  ///< MindSpeed: TP ranks become extra EP ranks (experts not TP-split)
+  bool allow_cross_node_tp = false;  ///< accept TP groups that cross servers (refused otherwise)
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;
   int recompute_num_layers = 0;  ///< full recompute: layers per virtual stage (0 = all)
@@ -228,6 +229,9 @@ struct SimulationOptions {
   /// Different collectives overlapping in time on one rank's port (scale-up or NIC) share it
   /// (balanced and full fidelity; fast fidelity times each collective alone).
   bool port_sharing = true;
+  /// The most memory a simulation may take (bytes; `simulation.max_memory`, `--max-memory`);
+  /// 0: three quarters of this machine's RAM. A run estimated above it is refused up front.
+  double max_memory_bytes = 0;
   Stragglers stragglers;
   int step_index = 0;  ///< which step of a multi-step straggler run this is (set by simulate)
 };
@@ -294,7 +298,10 @@ void set_global_batch_size(Scenario& s, std::int64_t global_batch_size);
 /// Loads and validates a scenario document. Throws ConfigError listing every problem.
 Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const std::string& base_dir);
 /// Reads SCENARIO ("-" for stdin), applies `--set` overrides, loads. Throws ConfigError.
-Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides);
+/// Problems in a value an override set are reported as the override's (`override_label` and the
+/// assignment, e.g. "--set parallelism.tp=3"), not the file's.
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides,
+                            std::string_view override_label = "--set");
 
 /// `parallelism.ep=8` (or `search.ep=[8,16]`) on a scenario that spells the key out overrides
 /// that key (and the other way round) instead of creating a second spelling of it: the
