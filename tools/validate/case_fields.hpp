@@ -38,7 +38,7 @@ inline std::optional<double> number_of(const json& j, const char* key) {
 
 inline std::optional<int> int_of(const json& j, const char* key) {
   auto v = number_of(j, key);
-  if (!v || *v != std::floor(*v)) return std::nullopt;
+  if (!v || *v != std::floor(*v) || std::abs(*v) > 2e9) return std::nullopt;  // not an int: as if absent
   return static_cast<int>(*v);
 }
 
@@ -46,7 +46,7 @@ inline std::optional<int> int_of(const json& j, const char* key) {
 inline std::optional<int> find_int_after(const std::string& text, const std::string& name) {
   const std::regex re(name + R"([ =:]*(\d+))", std::regex::icase);
   std::smatch m;
-  if (std::regex_search(text, m, re)) return std::stoi(m[1]);
+  if (std::regex_search(text, m, re) && m[1].length() <= 9) return std::stoi(m[1]);  // at most 9 digits: fits an int
   return std::nullopt;
 }
 

@@ -248,8 +248,14 @@ std::optional<std::vector<int>> parse_pp_layout(const std::string& layout_text) 
   const std::regex rep(R"(\(([^()]*)\)\*(\d+))");
   std::smatch m;
   while (std::regex_search(layout, m, rep)) {
+    // A layout describes at most a few hundred stages: a repetition count past that (or one
+    // that does not fit an int) is not a layout.
+    const std::string count = m[2].str();
+    if (count.size() > 4) return std::nullopt;
+    const int times = std::stoi(count);
+    if (layout.size() + static_cast<std::size_t>(times) * m[1].length() > 100000) return std::nullopt;
     std::string body;
-    for (int i = 0; i < std::stoi(m[2]); ++i) body += m[1].str();
+    for (int i = 0; i < times; ++i) body += m[1].str();
     layout = m.prefix().str() + body + m.suffix().str();
   }
   std::vector<int> counts{0};

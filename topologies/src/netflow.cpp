@@ -217,7 +217,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
             each_path(devs[i], devs[peer], [&](auto links, auto, double, std::uint32_t n) { one.background(links, agg * dedup, n); });
             continue;
           }
-          each_path(devs[i], devs[peer], [&](auto links, auto bw, double lat, std::uint32_t np) { one.add(links, bw, lat, agg * dedup, np, 0, static_cast<int>(n)); });
+          const int server = n;  // (clang 14 cannot capture a structured binding)
+          each_path(devs[i], devs[peer], [&](auto links, auto bw, double lat, std::uint32_t np) {
+            one.add(links, bw, lat, agg * dedup, np, 0, server);
+          });
           out_inter[i] += agg * dedup;
         }
     }
@@ -241,7 +244,10 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
               each_path(devs[r], devs[j], [&](auto links, auto, double, std::uint32_t np) { two.background(links, b, np); });
               continue;
             }
-            each_path(devs[r], devs[j], [&](auto links, auto bw, double lat, std::uint32_t np) { two.add(links, bw, lat, b, np, release, static_cast<int>(n)); });
+            const int server = n;
+            each_path(devs[r], devs[j], [&](auto links, auto bw, double lat, std::uint32_t np) {
+              two.add(links, bw, lat, b, np, release, server);
+            });
             out_intra[r] += b;
           }
         if (gi == 0) end = std::max(end, release);

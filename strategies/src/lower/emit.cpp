@@ -438,7 +438,9 @@ void Emitter::instantiate_pair(const Program& a, int mb_a, std::vector<sim::Task
   out_a.assign(a.steps.size() * per_stage_, sim::kNoTask);
   out_b.assign(b.steps.size() * per_stage_, sim::kNoTask);
   if (!fast_.empty()) {  // fast fidelity: the same steps, re-timed for the pair
-    const auto& [fa, fb] = fast_pair(a, b, balance);
+    const auto& programs = fast_pair(a, b, balance);
+    const auto& fa = std::get<0>(programs);  // (clang 14 cannot capture a structured binding)
+    const auto& fb = std::get<1>(programs);
     (void)co_schedule(fa, fb, balance, [&](bool from_a, std::size_t k) {
       instantiate_step(from_a ? fa : fb, k, stage, from_a ? mb_a : mb_b, from_a ? out_a : out_b);
     });
