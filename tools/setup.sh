@@ -10,14 +10,19 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-nbclient python3-ipykernel python3-matplotlib
   chromium
   openmpi-bin libopenmpi-dev python3-distributed
+  clang
 )
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+# libFuzzer's runtime (tools/fuzz.sh) is in the runtime package of the installed clang's version.
+clang_rt() { command -v clang >/dev/null 2>&1 && echo "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"; }
 
 missing=()
 for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  installed "$p" || missing+=("$p")
 done
+rt=$(clang_rt || true)
+if [ -n "$rt" ] && ! installed "$rt"; then missing+=("$rt"); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -38,3 +43,7 @@ echo "tools/setup.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+rt=$(clang_rt || true)
+if [ -n "$rt" ] && ! installed "$rt"; then
+  $SUDO apt-get install -y -q --no-install-recommends "$rt"
+fi

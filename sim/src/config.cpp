@@ -78,7 +78,8 @@ std::string escape_pointer_token(std::string_view key) {
 }
 
 std::string json_brief(const nlohmann::json& j) {
-  std::string s = j.dump();
+  // Invalid UTF-8 in an input string is shown replaced (U+FFFD), not thrown on.
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }

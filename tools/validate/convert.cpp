@@ -320,13 +320,16 @@ ConvertedCase case_to_scenario(const json& c) {
     // When the published layout does not multiply to the device count, one of the columns is
     // wrong; the layout is kept when the global batch only divides with its DP (the per-device
     // rate that is compared does not depend on which column is wrong).
-    const int tp = int_of(par, "tp").value_or(1), pp = int_of(par, "pp").value_or(1), cp = int_of(par, "cp").value_or(1);
-    const auto dp = int_of(par, "dp");
-    const int gbs = int_of(batch, "global_batch").value_or(0);
-    const int mbs = int_of(batch, "micro_batch").value_or(1);
-    const long long product = dp ? 1LL * tp * pp * cp * *dp : *count;
-    if (product != *count) {
-      const long long dp_from_count = *count / std::max(1, tp * pp * cp);
+    // Sizes below 1 are not sizes (the scenario reports them); products in 64 bits.
+    auto size = [](std::optional<int> v) { return std::max<long long>(1, v.value_or(1)); };
+    const long long tp = size(int_of(par, "tp")), pp = size(int_of(par, "pp")), cp = size(int_of(par, "cp"));
+    auto dp = int_of(par, "dp");
+    if (dp && *dp < 1) dp.reset();
+    const long long gbs = int_of(batch, "global_batch").value_or(0);
+    const long long mbs = size(int_of(batch, "micro_batch"));
+    const long long product = dp ? tp * pp * cp * *dp : *count;
+    if (product != *count && product > 0 && product <= (1LL << 24)) {
+      const long long dp_from_count = *count / (tp * pp * cp);
       const bool count_fits = gbs > 0 && dp_from_count > 0 && gbs % (mbs * dp_from_count) == 0;
       if (!count_fits && gbs > 0 && gbs % (mbs * *dp) == 0) {
         notes.push_back(fmt::format("published TP x PP x CP x DP = {} differs from the {} devices; the global batch "

@@ -33,6 +33,14 @@ bool ignored(const std::string& k) {
 
 void apply_megatron_args(const std::string& args, nlohmann::json& par, nlohmann::json& training, const std::string& pointer,
                          Diagnostics& diag) {
+  // The values become JSON strings, which must be valid UTF-8 (a JSON file's always are; text
+  // from a script may not be).
+  try {
+    (void)nlohmann::json(args).dump();
+  } catch (const nlohmann::json::exception&) {
+    diag.error(pointer, "", "is not valid UTF-8 text");
+    return;
+  }
   std::istringstream in(args);
   std::vector<std::string> tokens;
   for (std::string t; in >> t;) tokens.push_back(t);
