@@ -54,13 +54,17 @@ void Diagnostics::error(std::string pointer, std::string value, std::string cons
 }
 
 void Diagnostics::error_in(std::string file, std::string pointer, std::string value, std::string constraint) {
-  // One problem per value: a value already reported (e.g. 4096.5 "must be an integer") is read
-  // as its default afterwards, and checks on that default would report things the user never
-  // wrote ("seq_length: 1 must be divisible by 8").
-  if (!pointer.empty())
-    for (const Diagnostic& d : list_)
-      if (d.pointer == pointer && d.file == file) return;
+  // A value the reader refused (e.g. 4096.5 "must be an integer") is read as its default
+  // afterwards; checks on that default would report things the user never wrote
+  // ("seq_length: 1 must be divisible by 8").
+  for (const auto& [f, p] : refused_)
+    if (p == pointer && f == file) return;
   list_.push_back(Diagnostic{std::move(file), std::move(pointer), std::move(value), std::move(constraint)});
+}
+
+void Diagnostics::value_error(std::string pointer, std::string value, std::string constraint) {
+  error(pointer, std::move(value), std::move(constraint));
+  refused_.emplace_back(file_, std::move(pointer));
 }
 
 void Diagnostics::throw_if_any() const {
@@ -131,7 +135,7 @@ const nlohmann::json* ObjectReader::get(Keys names) {
     auto it = obj_->find(n);
     if (it == obj_->end()) continue;
     if (found != nullptr) {
-      diag_->error(child_pointer(n), json_brief(*it),
+      diag_->value_error(child_pointer(n), json_brief(*it),
                    "is given twice: also as \"" + std::string(found_name) + "\"; keep one");
       continue;
     }
@@ -152,11 +156,11 @@ std::optional<std::int64_t> ObjectReader::opt_integer(Keys names, std::int64_t m
              std::abs(v->get<double>()) < 9e15) {
     x = static_cast<std::int64_t>(v->get<double>());
   } else {
-    diag_->error(p, json_brief(*v), "must be an integer");
+    diag_->value_error(p, json_brief(*v), "must be an integer");
     return std::nullopt;
   }
   if (x < min || x > max) {
-    diag_->error(p, json_brief(*v),
+    diag_->value_error(p, json_brief(*v),
                  max == INT64_MAX ? "must be >= " + std::to_string(min)
                                   : "must be between " + std::to_string(min) + " and " + std::to_string(max));
     return std::nullopt;
@@ -170,7 +174,7 @@ std::int64_t ObjectReader::integer(Keys names, std::int64_t def, std::int64_t mi
 
 std::int64_t ObjectReader::required_integer(Keys names, std::int64_t min, std::int64_t max) {
   if (valid() && !has(names)) {
-    diag_->error(child_pointer(*names.begin()), "", "is required (an integer)");
+    diag_->value_error(child_pointer(*names.begin()), "", "is required (an integer)");
     return min;
   }
   return opt_integer(names, min, max).value_or(min);
@@ -181,14 +185,14 @@ std::optional<double> ObjectReader::opt_number(Keys names, double min, double ma
   if (v == nullptr || v->is_null()) return std::nullopt;
   const std::string p = child_pointer(found_key(names));
   if (!v->is_number()) {
-    diag_->error(p, json_brief(*v), "must be a number");
+    diag_->value_error(p, json_brief(*v), "must be a number");
     return std::nullopt;
   }
   const double x = v->get<double>();
   if (!(x >= min && x <= max)) {
     std::ostringstream os;
     os << "must be between " << min << " and " << max;
-    diag_->error(p, json_brief(*v), os.str());
+    diag_->value_error(p, json_brief(*v), os.str());
     return std::nullopt;
   }
   return x;
@@ -202,7 +206,7 @@ std::optional<bool> ObjectReader::opt_boolean(Keys names) {
   const nlohmann::json* v = get(names);
   if (v == nullptr || v->is_null()) return std::nullopt;
   if (!v->is_boolean()) {
-    diag_->error(child_pointer(found_key(names)), json_brief(*v), "must be true or false");
+    diag_->value_error(child_pointer(found_key(names)), json_brief(*v), "must be true or false");
     return std::nullopt;
   }
   return v->get<bool>();
@@ -219,14 +223,14 @@ std::optional<std::string> ObjectReader::opt_string(Keys names, std::span<const 
   if (v == nullptr || v->is_null()) return std::nullopt;
   const std::string p = child_pointer(found_key(names));
   if (!v->is_string()) {
-    diag_->error(p, json_brief(*v), "must be a string");
+    diag_->value_error(p, json_brief(*v), "must be a string");
     return std::nullopt;
   }
   std::string s = v->get<std::string>();
   if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
     std::string list;
     for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    diag_->error(p, json_brief(*v), "must be one of: " + list);
+    diag_->value_error(p, json_brief(*v), "must be one of: " + list);
     return std::nullopt;
   }
   return s;
@@ -246,24 +250,24 @@ std::optional<double> ObjectReader::opt_quantity(Keys names, Dimension dim, doub
   } else if (v->is_string()) {
     auto q = parse_quantity(v->get<std::string>());
     if (!q) {
-      diag_->error(p, json_brief(*v), std::string("is not a quantity with a unit; expected ") + dimension_name(dim));
+      diag_->value_error(p, json_brief(*v), std::string("is not a quantity with a unit; expected ") + dimension_name(dim));
       return std::nullopt;
     }
     if (q->dimension != dim && q->dimension != Dimension::Dimensionless) {
-      diag_->error(p, json_brief(*v),
+      diag_->value_error(p, json_brief(*v),
                    std::string("has the wrong unit: it is ") + dimension_name(q->dimension) + ", expected " +
                        dimension_name(dim));
       return std::nullopt;
     }
     x = q->value;
   } else {
-    diag_->error(p, json_brief(*v), std::string("must be ") + dimension_name(dim));
+    diag_->value_error(p, json_brief(*v), std::string("must be ") + dimension_name(dim));
     return std::nullopt;
   }
   if (!(x >= min) || !std::isfinite(x)) {
     std::ostringstream os;
     os << "must be >= " << min;
-    diag_->error(p, json_brief(*v), os.str());
+    diag_->value_error(p, json_brief(*v), os.str());
     return std::nullopt;
   }
   return x;
@@ -271,7 +275,7 @@ std::optional<double> ObjectReader::opt_quantity(Keys names, Dimension dim, doub
 
 double ObjectReader::required_quantity(Keys names, Dimension dim, double min) {
   if (valid() && !has(names)) {
-    diag_->error(child_pointer(*names.begin()), "", std::string("is required (") + dimension_name(dim) + ")");
+    diag_->value_error(child_pointer(*names.begin()), "", std::string("is required (") + dimension_name(dim) + ")");
     return min;
   }
   return opt_quantity(names, dim, min).value_or(min);

@@ -159,7 +159,7 @@ def test_config_error_lists_every_problem_with_the_cli_text(cli, root):
         moesim.simulate(str(root / BAD_INPUT))
     py_lines = str(info.value).splitlines()
     assert [l.replace(str(root / BAD_INPUT), BAD_INPUT) for l in py_lines] == cli_lines
-    assert len(info.value.diagnostics) == len(cli_lines) == 9
+    assert len(info.value.diagnostics) == len(cli_lines) == 10
     assert info.value.diagnostics[1]["pointer"] == "/training/precison"
     assert isinstance(info.value, moesim.Error)
 

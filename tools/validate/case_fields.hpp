@@ -29,6 +29,15 @@ inline std::string text_of(const json& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+/// j[key] when j is an object holding it, else null (a const json's operator[] on a missing key
+/// is undefined behaviour).
+inline const json& field(const json& j, const char* key) {
+  static const json null_value;
+  if (!j.is_object()) return null_value;
+  auto it = j.find(key);
+  return it == j.end() ? null_value : *it;
+}
+
 inline std::optional<double> number_of(const json& j, const char* key) {
   if (!j.is_object()) return std::nullopt;
   auto it = j.find(key);

@@ -20,7 +20,7 @@ struct CaseDims {
 };
 
 CaseDims dims(const json& c) {
-  const json& m = c["model"];
+  const json& m = field(c, "model");
   CaseDims d;
   d.s = number_of(m, "seq_len").value_or(0);
   d.l = number_of(m, "layers").value_or(0);
@@ -29,7 +29,7 @@ CaseDims dims(const json& c) {
   d.ffn = number_of(m, "ffn_hidden").value_or(4 * d.h);
   d.heads = number_of(m, "heads").value_or(1);
   d.kv = number_of(m, "kv_heads").value_or(d.heads);
-  const json& b = c["batch"];
+  const json& b = field(c, "batch");
   d.B = number_of(b, "global_batch").value_or(0);
   if (d.B == 0 && d.s > 0) d.B = number_of(b, "tokens_per_batch").value_or(0) / d.s;
   return d;
@@ -48,7 +48,7 @@ std::optional<std::pair<double, std::string>> formula_flops(const json& c) {
     return std::pair{72 * d.B * d.s * d.l * d.h * d.h * (1 + d.s / (6 * d.h) + d.V / (12 * d.l * d.h)),
                      "72Bslh^2(1+s/6h+V/12lh)"};
   }
-  if (has(def, "nemo") && has(text_of(c["model"], "mlp"), "swiglu")) {
+  if (has(def, "nemo") && has(text_of(field(c, "model"), "mlp"), "swiglu")) {
     // NeMo's llama2/llama3 formula (nemo/utils/flops_formulas.py), attention non-causal:
     // gbs s l h^2 (12 + 12 kv/heads + 18 ffn/h + 12 s/h + 6 V/(l h)).
     return std::pair{d.B * d.s * d.l * d.h * d.h *

@@ -56,6 +56,9 @@ class Diagnostics {
   explicit Diagnostics(std::string file = "<inline>") : file_(std::move(file)) {}
   void error(std::string pointer, std::string value, std::string constraint);
   void error_in(std::string file, std::string pointer, std::string value, std::string constraint);
+  /// A value refused as read (wrong type, out of range, not one of the choices): reported, and
+  /// later problems at the same path are dropped (they would be about the default used instead).
+  void value_error(std::string pointer, std::string value, std::string constraint);
   [[nodiscard]] bool ok() const { return list_.empty(); }
   [[nodiscard]] const std::vector<Diagnostic>& list() const { return list_; }
   [[nodiscard]] const std::string& file() const { return file_; }
@@ -65,6 +68,7 @@ class Diagnostics {
  private:
   std::string file_;
   std::vector<Diagnostic> list_;
+  std::vector<std::pair<std::string, std::string>> refused_;  ///< (file, pointer) of value_error()s
 };
 
 /// Short JSON text of a value for messages (long values are truncated).
