@@ -63,4 +63,7 @@ for h in "${harnesses[@]}"; do
   fi
 done
 echo "total: $total executions"
+# Campaigns add up: one line per run in BUILD_DIR/campaign.log (date, seconds, executions).
+echo "$(date -u +%FT%TZ) ${seconds}s/harness $total" >> "$dir/campaign.log"
+awk '{s += $3} END {print "all runs in " FILENAME ": " s " executions"}' "$dir/campaign.log"
 exit $status

@@ -159,7 +159,9 @@ def fire():
 threading.Thread(target=fire, daemon=True).start()
 try:
     if sys.argv[1] == "search":
-        moesim.search(sys.argv[3], threads=2)
+        # Made long enough to be interrupted at 2.5 s (the default 718B search takes ~2.8 s):
+        # 128 plans simulated at the default fidelity instead of 16.
+        moesim.search(sys.argv[3], {"search.top_k": 128, "search.refine_k": 512}, threads=2)
     else:
         moesim.simulate(sys.argv[3], {"moe.routing": "zipf"})
     print("finished")
