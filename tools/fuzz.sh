@@ -7,11 +7,19 @@
 #
 #   tools/fuzz.sh [SECONDS_PER_HARNESS] [BUILD_DIR]     (defaults: 60, build-fuzz)
 #   JOBS=2 tools/fuzz.sh 3600                            (a long campaign, 2 processes each)
+#   tools/fuzz.sh --runs N [BUILD_DIR]                   (CI: N inputs per harness from the seeds
+#                                                         alone with a fixed random seed, so the
+#                                                         same N gives the same inputs everywhere)
 #
 # Prints the executions per harness and the total; exits non-zero on a finding (the input is
 # in BUILD_DIR/artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+runs=""
+if [ "${1:-}" = "--runs" ]; then
+  runs="$2"
+  shift 2
+fi
 seconds="${1:-60}"
 dir="${2:-build-fuzz}"
 jobs="${JOBS:-1}"
@@ -43,20 +51,28 @@ done
 total=0
 status=0
 for h in "${harnesses[@]}"; do
-  mkdir -p "$dir/corpus/$h"
+  corpus="$dir/corpus/$h"
+  limit=(-max_total_time="$seconds" -jobs="$jobs" -workers="$jobs")
+  if [ -n "$runs" ]; then  # reproducible: a fresh corpus, a fixed seed, a fixed count
+    corpus="$dir/corpus-fixed/$h"
+    rm -rf "$corpus"
+    limit=(-runs="$runs" -seed=1)
+  fi
+  mkdir -p "$corpus"
   log="$dir/fuzz_$h.log"
   set +e
-  "$dir/bin/moesim_fuzz_$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-    -jobs="$jobs" -workers="$jobs" -artifact_prefix="$dir/artifacts/$h-" -print_final_stats=1 \
-    "$dir/corpus/$h" "$seeds/$h" >"$log" 2>&1
+  "$dir/bin/moesim_fuzz_$h" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -artifact_prefix="$dir/artifacts/$h-" -print_final_stats=1 "$corpus" "$seeds/$h" >"$log" 2>&1
   rc=$?
   set -e
   # Executions: "stat::number_of_executed_units: N" per process.
-  runs=$(grep -h "stat::number_of_executed_units" "$log" fuzz-*.log 2>/dev/null | awk '{s += $2} END {print s + 0}')
+  logs=("$log")
+  [ "$jobs" -gt 1 ] && [ -z "$runs" ] && logs+=(fuzz-*.log)
+  executed=$( (grep -h "stat::number_of_executed_units" "${logs[@]}" 2>/dev/null || true) | awk '{s += $2} END {print s + 0}')
   [ "$jobs" -gt 1 ] && rm -f fuzz-*.log
-  corpus=$(ls "$dir/corpus/$h" | wc -l)
-  echo "$h: $runs executions, corpus $corpus inputs, exit $rc"
-  total=$((total + runs))
+  n=$(ls "$corpus" | wc -l)
+  echo "$h: $executed executions, corpus $n inputs, exit $rc"
+  total=$((total + executed))
   if [ $rc -ne 0 ]; then
     status=1
     echo "  finding: see $log and $dir/artifacts/$h-*" >&2
@@ -64,6 +80,6 @@ for h in "${harnesses[@]}"; do
 done
 echo "total: $total executions"
 # Campaigns add up: one line per run in BUILD_DIR/campaign.log (date, seconds, executions).
-echo "$(date -u +%FT%TZ) ${seconds}s/harness $total" >> "$dir/campaign.log"
+echo "$(date -u +%FT%TZ) ${runs:+runs=$runs}${runs:-${seconds}s}/harness $total" >> "$dir/campaign.log"
 awk '{s += $3} END {print "all runs in " FILENAME ": " s " executions"}' "$dir/campaign.log"
 exit $status
