@@ -52,7 +52,9 @@ total=0
 status=0
 for h in "${harnesses[@]}"; do
   corpus="$dir/corpus/$h"
-  limit=(-max_total_time="$seconds" -jobs="$jobs" -workers="$jobs")
+  limit=(-max_total_time="$seconds")
+  # libFuzzer's -jobs runs that many processes, each logging to fuzz-N.log in the working folder.
+  [ "$jobs" -gt 1 ] && limit+=(-jobs="$jobs" -workers="$jobs")
   if [ -n "$runs" ]; then  # reproducible: a fresh corpus, a fixed seed, a fixed count
     corpus="$dir/corpus-fixed/$h"
     rm -rf "$corpus"
