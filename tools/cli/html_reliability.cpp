@@ -19,16 +19,9 @@ std::string chart_step_times(const strategies::StragglerResult& sr) {
   const double W = 1000, left = 70, top = 20, plot_w = 880, plot_h = 200;
   double vmax = sr.ideal_step_s;
   for (double t : sr.step_times_s) vmax = std::max(vmax, t);
-  const double step = nice_step(vmax * 1.05, 6);
-  const double axis_max = std::max(step, std::ceil(vmax * 1.05 / step) * step);
-  const double sy = plot_h / axis_max;
-  std::string s;
-  const int dec = decimals_for(step);
-  for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
-    const double y = top + plot_h - v * sy;
-    s += line(left, y, left + plot_w, y, "grid");
-    s += text(left - 6, y + 4, fmt::format("{:.{}f} s", v, dec), "end", "small");
-  }
+  const ZeroAxis axis = zero_axis(vmax, 6, left, top, plot_w, plot_h, " s");
+  const double sy = axis.px_per_unit;
+  std::string s = axis.grid;
   const std::size_t n = sr.step_times_s.size();
   const double bw = plot_w / static_cast<double>(std::max<std::size_t>(n, 1));
   for (std::size_t i = 0; i < n; ++i) {

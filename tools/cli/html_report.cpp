@@ -342,18 +342,11 @@ std::string chart_memory(const strategies::Result& r) {
   double ymax = r.capacity_bytes;
   for (const auto& s : st) ymax = std::max(ymax, s.memory.total());
   ymax = gib(ymax);
-  const double step = nice_step(ymax * 1.05, 8);
-  const double axis_max = std::max(step, std::ceil(ymax * 1.05 / step) * step);
-  const double sy = plot_h / axis_max;
+  const ZeroAxis axis = zero_axis(ymax, 8, left, top, plot_w, plot_h);
+  const double sy = axis.px_per_unit;
   const double slot = plot_w / std::max<double>(1, static_cast<double>(st.size()));
   const double bw = std::min(42.0, slot * 0.72);
-  std::string s;
-  const int dec = decimals_for(step);
-  for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
-    const double y = top + plot_h - v * sy;
-    s += line(left, y, left + plot_w, y, "grid");
-    s += text(left - 6, y + 4, fmt::format("{:.{}f}", v, dec), "end", "small");
-  }
+  std::string s = axis.grid;
   const int label_every = st.size() > 32 ? static_cast<int>((st.size() + 31) / 32) : 1;
   for (std::size_t i = 0; i < st.size(); ++i) {
     const double x = left + slot * static_cast<double>(i) + (slot - bw) / 2;

@@ -62,6 +62,21 @@ double nice_step(double max, int target) {
 
 int decimals_for(double step) { return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))); }
 
+ZeroAxis zero_axis(double vmax, int ticks, double left, double top, double plot_w, double plot_h,
+                   const std::string& unit) {
+  ZeroAxis a;
+  a.step = nice_step(vmax * 1.05, ticks);
+  a.max = std::max(a.step, std::ceil(vmax * 1.05 / a.step) * a.step);
+  a.px_per_unit = plot_h / a.max;
+  const int dec = decimals_for(a.step);
+  for (double v = 0; v <= a.max + a.step * 1e-6; v += a.step) {
+    const double y = top + plot_h - v * a.px_per_unit;
+    a.grid += line(left, y, left + plot_w, y, "grid");
+    a.grid += text(left - 6, y + 4, fmt::format("{:.{}f}{}", v, dec, unit), "end", "small");
+  }
+  return a;
+}
+
 std::string svg_open(const std::string& id, double w, double h, const std::string& label) {
   return fmt::format(
       "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {:.0f} {:.0f}\" width=\"{:.0f}\" "

@@ -21,6 +21,14 @@ std::string f1(double x);
 double nice_step(double max, int target);
 /// Decimals that print an axis step exactly.
 int decimals_for(double step);
+/// A y-axis from zero to a round value above `vmax` (about `ticks` steps): its scale in pixels
+/// per unit and its grid lines with labels ("12.5" + `unit`) left of `left`.
+struct ZeroAxis {
+  double step = 1, max = 1, px_per_unit = 1;
+  std::string grid;
+};
+ZeroAxis zero_axis(double vmax, int ticks, double left, double top, double plot_w, double plot_h,
+                   const std::string& unit = "");
 std::string svg_open(const std::string& id, double w, double h, const std::string& label);
 std::string text(double x, double y, const std::string& s, const char* anchor = "start", const char* cls = nullptr);
 std::string line(double x1, double y1, double x2, double y2, const char* cls);
