@@ -40,11 +40,9 @@ class Filling {
       : capacity_(capacity) {
     const std::size_t n = path_offset.size() - 1, nl = capacity.size();
     std::vector<double> bound_sum(nl, 0.0);
-    std::vector<double> bound(n, 0.0);
     for (std::size_t f = 0; f < n; ++f) {
       double b = std::numeric_limits<double>::infinity();
       for (std::uint32_t i = path_offset[f]; i < path_offset[f + 1]; ++i) b = std::min(b, capacity[path[i]]);
-      bound[f] = b;
       for (std::uint32_t i = path_offset[f]; i < path_offset[f + 1]; ++i) bound_sum[path[i]] += b;
     }
     std::vector<char> keep(nl);

@@ -444,10 +444,11 @@ Simulation simulate(const Scenario& s, const CancelFlag* cancel, bool memory_det
 
 namespace {
 
-/// Memory of a simulation per task, measured: the task arrays and edges (about 55 bytes), the
-/// builder's edge list, the run's start and end times, the engine's per-slot wait lists and
-/// port sharing's base durations; the 718B at full fidelity (111M tasks) passed 19.7 GB.
-constexpr double kBytesPerTask = 180;
+/// Memory of a simulation per task, measured as the peak resident size of `moesim simulate` on
+/// the 718B with Zipf routing (every member of an expert-parallel group simulated): 18.4M tasks,
+/// 1.98 GB, 107 bytes per task (task arrays and edges, the builder's edge list, start and end
+/// times, the engine's wait lists, port sharing's base durations), rounded up.
+constexpr double kBytesPerTask = 110;
 
 double memory_limit(const Scenario& s) {
   if (s.simulation.max_memory_bytes > 0) return s.simulation.max_memory_bytes;
