@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "moesim/sim/progress.hpp"
+
 namespace moesim::sim {
 namespace {
 
@@ -56,7 +58,7 @@ constexpr std::uint32_t kNil = 0xffffffffu;
 
 class Run {
  public:
-  Run(const TaskGraph& g, const CancelFlag* cancel) : g_(g), cancel_(cancel) {
+  Run(const TaskGraph& g, const CancelFlag* cancel) : g_(g), cancel_(cancel), progress_(progress_of(cancel)) {
     const std::size_t n = g.num_tasks();
     const std::size_t nr = g.num_resources();
     const std::size_t ns = g.num_slots();
@@ -87,14 +89,18 @@ class Run {
       ++r_.events;
       complete(e.task);
       ++finished;
-      if (cancel_ != nullptr && (finished & 4095) == 0 && cancel_->requested()) {
-        stopped_ = true;
-        r_.completed = false;
-        r_.cancelled = true;
-        r_.error = "engine: cancelled";
+      if (cancel_ != nullptr && (finished & 4095) == 0) {
+        if (progress_ != nullptr) progress_->advance(finished);
+        if (cancel_->requested()) {
+          stopped_ = true;
+          r_.completed = false;
+          r_.cancelled = true;
+          r_.error = "engine: cancelled";
+        }
       }
     }
     r_.makespan = now_;
+    if (progress_ != nullptr) progress_->advance(finished);
     if (!stopped_ && finished != n) describe_deadlock(finished);
     return std::move(r_);
   }
@@ -241,6 +247,7 @@ class Run {
   std::vector<std::uint32_t> slot_prev_, slot_next_;
   std::vector<TaskId> slot_owner_;
   const CancelFlag* cancel_;
+  Progress* progress_;  ///< told the events done every 4096 events, with the cancel poll
   EventHeap heap_;
   Tick now_ = 0;
   bool stopped_ = false;

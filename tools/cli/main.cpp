@@ -41,6 +41,7 @@
 #include "moesim/strategies/rl/rl.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 #include "peers.hpp"
+#include "progress_line.hpp"
 #include "report.hpp"
 #include "terminal.hpp"
 #include "crossval.hpp"
@@ -72,6 +73,24 @@ void install_interrupt_handler() {
   sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR
   sigaction(SIGINT, &sa, nullptr);
 }
+
+/// The progress of one command: the library reports into `progress` through the interrupt flag
+/// (engine, lowering) or a callback (search, capacity); `line` draws it on a terminal's stderr.
+/// Call done() before printing results so the line is gone first.
+struct CommandProgress {
+  sim::Progress progress;
+  tools::ProgressLine line;
+  explicit CommandProgress(bool enabled = tools::stderr_is_terminal()) : line(progress, enabled) {
+    g_interrupt.attach(&progress);
+  }
+  ~CommandProgress() { done(); }
+  CommandProgress(const CommandProgress&) = delete;
+  CommandProgress& operator=(const CommandProgress&) = delete;
+  void done() {
+    line.stop();
+    g_interrupt.attach(nullptr);
+  }
+};
 
 int print_config_error(const ConfigError& e) {
   std::cerr << "moesim: the input has " << e.diagnostics().size()
@@ -128,14 +147,17 @@ int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, 
   const strategies::Scenario s = load(path, sets, fidelity);
   const strategies::TraceOptions topt = trace_options(trace_args);
   if (!trace.empty()) refuse_output_over_input("--trace", trace, s.input_files());
+  CommandProgress progress;
   const strategies::Simulation sim = strategies::simulate(s, &g_interrupt, memory_detail);
   if (!trace.empty()) {
+    progress.progress.begin("writing the trace", 0);
     (void)strategies::estimate_chrome_trace(sim, topt);  // bad ranks or streams: before the file is opened
     OutputFile out(trace);
     strategies::write_chrome_trace(out.stream(), sim, topt);
     throw_if_cancelled(&g_interrupt);
     out.commit();
   }
+  progress.done();
   if (format == "json") {
     std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
   } else {
@@ -187,6 +209,8 @@ int cmd_validate(const std::vector<std::string>& paths, const std::vector<std::s
   if (!bands_out.empty()) refuse_output_over_input("--bands-out", bands_out, paths);
   if (!bands_out.empty() && cross_validate.empty())
     throw ConfigError({Diagnostic{"command line", "--bands-out", bands_out, "needs --cross-validate source"}});
+  // --progress logs a line per case instead of the redrawn progress line.
+  CommandProgress line(!progress && tools::stderr_is_terminal());
   const tools::ValidationReport rep = tools::validate(files, opt);
   std::string md = tools::to_markdown(rep);
   nlohmann::json js = tools::to_json(rep);
@@ -202,6 +226,7 @@ int cmd_validate(const std::vector<std::string>& paths, const std::vector<std::s
     for (const auto& p : paths) names += (names.empty() ? "" : ", ") + std::filesystem::path(p).filename().string();
     if (!bands_out.empty()) write_file_atomically(bands_out, tools::error_bands_json(cv, names).dump(2) + "\n");
   }
+  line.done();
   const std::string jtext = js.dump(2);
   if (!out_md.empty()) write_file_atomically(out_md, md + "\n");
   if (!out_json.empty()) write_file_atomically(out_json, jtext + "\n");
@@ -234,7 +259,10 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
     strategies::SearchOptions mo;
     mo.threads = threads;
     mo.cancel = &g_interrupt;
+    CommandProgress progress;
+    mo.progress = tools::search_progress_to(progress.progress);
     const strategies::ModelSearchReport mr = strategies::model_search(s, *ms, mo);
+    progress.done();
     if (format == "json") std::cout << strategies::to_json(mr).dump(2) << "\n";
     else std::cout << tools::format_model_search_table(mr, s, !no_wall_time);
     const bool any = std::any_of(mr.candidates.begin(), mr.candidates.end(), [](const auto& c) { return c.best.has_value(); });
@@ -252,22 +280,10 @@ int cmd_search(const std::string& path, const std::vector<std::string>& sets, co
   opt.cancel = &g_interrupt;
   opt.peers = peers.search_peers();
   if (top > space.top_k) opt.top_k = top;  // simulate at least as many as are shown
-  const bool tty = peers.leader() && isatty(fileno(stderr)) != 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (tty) {
-    opt.progress = [t0](const char* phase, std::size_t done, std::size_t total) {
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double rate = el > 0 ? done / el : 0;
-      const double eta = rate > 0 ? (total - done) / rate : 0;
-      const int width = 30;
-      const int filled = total ? static_cast<int>(width * done / total) : width;
-      std::fprintf(stderr, "\r%-10s [%s%s] %zu/%zu  %.0f/s  ETA %.0f s   ", phase, std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), done, total, rate, eta);
-      std::fflush(stderr);
-    };
-  }
+  CommandProgress progress(peers.leader() && tools::stderr_is_terminal());
+  opt.progress = tools::search_progress_to(progress.progress);
   const strategies::SearchReport rep = strategies::search(s, space, opt);
-  if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  progress.done();
   if (!peers.leader()) return rep.ranked.empty() ? 3 : 0;
   const int shown = top > 0 ? top : 10;
   if (format == "json") std::cout << strategies::to_json(rep, shown).dump(2) << "\n";
@@ -323,17 +339,7 @@ bool parse_capacity_args(const char* cmd, const CapacityArgs& a, strategies::Cap
   opt.simulate_top = a.simulate_top;
   opt.threads = a.threads;
   opt.cancel = &g_interrupt;
-  if (isatty(fileno(stderr)) != 0) {
-    opt.progress = [](std::size_t i, std::size_t n, int devices) {
-      std::fprintf(stderr, "\rsearching size %zu of %zu: %d devices      ", i + 1, n, devices);
-      std::fflush(stderr);
-    };
-  }
   return true;
-}
-
-void clear_progress() {
-  if (isatty(fileno(stderr)) != 0) std::fprintf(stderr, "\r%60s\r", "");
 }
 
 int cmd_plan(const std::string& path, const std::vector<std::string>& sets, const CapacityArgs& args,
@@ -341,8 +347,10 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& sets, cons
   strategies::CapacityOptions opt;
   if (!parse_capacity_args("plan", args, opt)) return 2;
   const strategies::Scenario s = strategies::load_scenario_file(path, sets);
+  CommandProgress progress;
+  opt.progress = tools::search_progress_to(progress.progress);
   const strategies::CapacityReport rep = strategies::plan_capacity(s, opt);
-  clear_progress();
+  progress.done();
   if (format == "json") {
     nlohmann::json j = strategies::to_json(rep);
     j["model"] = s.model_name;
@@ -375,33 +383,34 @@ int cmd_report(const std::string& path, const std::vector<std::string>& sets, co
   if (!parse_capacity_args("report", args, opt)) return 2;
   const strategies::Scenario s = load(path, sets, fidelity);
   refuse_output_over_input("--out", out, s.input_files());
-  const bool tty = isatty(fileno(stderr)) != 0;
-  if (tty) std::fprintf(stderr, "simulating the scenario's plan...");
+  CommandProgress progress;
+  const auto report_progress = tools::search_progress_to(progress.progress);
   const strategies::Simulation sim = strategies::simulate(s, &g_interrupt);
   std::optional<strategies::SearchReport> search;
   if (!no_search) {
-    if (tty) std::fprintf(stderr, "\rsearching the plans of %d devices...   ", s.cluster.devices);
     const strategies::SearchSpace space = strategies::parse_search_space(s);
     strategies::SearchOptions so;
     so.threads = args.threads;
     so.top_k = args.simulate_top > 0 ? args.simulate_top : std::max(space.top_k, top);
     so.cancel = &g_interrupt;
+    so.progress = report_progress;
     search = strategies::search(s, space, so);
     opt.simulate_top = so.top_k;
     opt.known_search = &*search;
   }
   std::optional<strategies::CapacityReport> capacity;
+  opt.progress = report_progress;
   if (!no_scaling) capacity = strategies::plan_capacity(s, opt);
   std::optional<strategies::ModelSearchReport> models;
   if (!no_search)
     if (const auto ms = strategies::parse_model_search(s)) {
-      if (tty) std::fprintf(stderr, "\rsearching the candidate models...          ");
       strategies::SearchOptions mo;
       mo.threads = args.threads;
       mo.cancel = &g_interrupt;
+      mo.progress = report_progress;
       models = strategies::model_search(s, *ms, mo);
     }
-  clear_progress();
+  progress.done();
   tools::HtmlReportInput in;
   in.scenario = &s;
   in.sim = &sim;
@@ -426,13 +435,17 @@ int cmd_rl(const std::string& path, const std::vector<std::string>& sets, const 
            const std::string& trace, bool no_wall_time) {
   const strategies::RlScenario s = strategies::load_rl_scenario_file(path, sets);
   if (!trace.empty()) refuse_output_over_input("--trace", trace, s.training.input_files());
+  CommandProgress progress;
+  progress.progress.begin("simulating the RL iteration", 0);  // no cancel points inside: elapsed time only
   const strategies::RlSimulation sim = strategies::simulate_rl(s);
   if (!trace.empty()) {
+    progress.progress.begin("writing the trace", 0);
     OutputFile out(trace);
     strategies::write_rl_trace(out.stream(), sim);
     throw_if_cancelled(&g_interrupt);
     out.commit();
   }
+  progress.done();
   if (format == "json") std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
   else std::cout << strategies::format_rl_table(sim.result, s, !no_wall_time);
   if (!sim.result.feasible) {

@@ -32,6 +32,7 @@
 
 #include "moesim/models/presets.hpp"
 #include "moesim/sim/cancel.hpp"
+#include "moesim/sim/progress.hpp"
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/output_file.hpp"
 #include "moesim/strategies/plan/plan.hpp"
@@ -373,6 +374,19 @@ auto run_interruptible(Work&& work, ProgressSlot* progress = nullptr, py::handle
     -> decltype(work(static_cast<const moesim::CancelFlag*>(nullptr))) {
   using Result = decltype(work(static_cast<const moesim::CancelFlag*>(nullptr)));
   moesim::CancelFlag cancel;
+  // Without a slot, the phases the library reports through the flag (lowering, engine runs)
+  // reach the callback: each change of phase or count, and the last state when it ends.
+  moesim::sim::Progress phases;
+  const bool report_phases = progress == nullptr && !callback.is_none();
+  if (report_phases) cancel.attach(&phases);
+  std::uint64_t seen_generation = 0, seen_done = 0;
+  auto report = [&] {
+    const auto snap = phases.snapshot();
+    if (snap.phase.empty() || (snap.generation == seen_generation && snap.done == seen_done)) return;
+    seen_generation = snap.generation;
+    seen_done = snap.done;
+    callback(snap.phase, snap.done, snap.total);
+  };
   std::optional<Result> result;
   std::exception_ptr error;
   std::mutex mu;
@@ -400,6 +414,7 @@ auto run_interruptible(Work&& work, ProgressSlot* progress = nullptr, py::handle
     try {
       if (progress != nullptr && !callback.is_none())
         for (const auto& e : progress->take()) callback(e.phase, e.done, e.total);
+      if (report_phases) report();
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     } catch (py::error_already_set& e) {
       py_error.emplace(std::move(e));
@@ -455,7 +470,7 @@ py::object py_check(py::handle scenario, py::handle overrides) {
 }
 
 py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fidelity, bool trace, bool raise_infeasible,
-                       bool wall_time, bool memory_detail) {
+                       bool wall_time, bool memory_detail, py::handle progress) {
   const ScenarioInput in = scenario_input(scenario, overrides, fidelity);
   struct Out {
     json result;
@@ -472,7 +487,7 @@ py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fid
     r.reason = sim.result.infeasible_reason;
     if (trace) r.columns = trace_columns(sim);
     return r;
-  });
+  }, nullptr, progress);
   json& result = o.result;
   std::optional<TraceColumns>& columns = o.columns;
   const bool feasible = o.feasible;
@@ -628,7 +643,7 @@ PYBIND11_MODULE(_moesim, m) {
   m.def("check", &py_check, py::arg("scenario"), py::arg("overrides"),
         "Loads and validates a scenario; returns the resolved plan.");
   m.def("simulate", &py_simulate, py::arg("scenario"), py::arg("overrides"), py::arg("fidelity"), py::arg("trace"),
-        py::arg("raise_infeasible"), py::arg("wall_time"), py::arg("memory_detail") = false,
+        py::arg("raise_infeasible"), py::arg("wall_time"), py::arg("memory_detail") = false, py::arg("progress") = py::none(),
         "Simulates one training step; returns the result dict.");
   m.def("search", &py_search, py::arg("scenario"), py::arg("overrides"), py::arg("top"), py::arg("threads"),
         py::arg("progress"), "Searches the scenario's plan space; returns the report dict.");

@@ -1,5 +1,7 @@
 #include "crossval.hpp"
 
+#include "moesim/sim/progress.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -233,7 +235,15 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
   for (const CaseOutcome* o : outcomes) by_id[o->id] = o;
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex io;
+  // The workers' engines run at once: they follow the caller's flag without reporting to its
+  // progress, which counts the grid simulations instead.
+  sim::Progress* progress = progress_of(opt.cancel);
+  if (progress != nullptr) {
+    progress->set_context("");
+    progress->begin("cross-validation grid simulations", jobs.size());
+  }
   auto worker = [&] {
+    CancelFlag quiet(opt.cancel);
     for (;;) {
       const std::size_t j = next.fetch_add(1);
       if (j >= jobs.size()) return;
@@ -269,7 +279,7 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
         sd.throw_if_any();
         strategies::Scenario sc = strategies::load_scenario(doc, o.file + " case " + o.id, "");
         strategies::set_fidelity(sc, vopt.fidelity);
-        gr.times[job.member][job.cell] = strategies::simulate(sc, opt.cancel).result.step_time_s;
+        gr.times[job.member][job.cell] = strategies::simulate(sc, &quiet).result.step_time_s;
       } catch (const Cancelled&) {
         return;
       } catch (const std::exception& e) {
@@ -277,6 +287,7 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
         std::cerr << "moesim validate: cross-validation: case " << c.id << ": " << e.what() << "\n";
       }
       const std::size_t n = done.fetch_add(1) + 1;
+      if (progress != nullptr) progress->advance(n);
       if (opt.progress && (n % 50 == 0 || n == jobs.size())) {
         std::lock_guard lock(io);
         std::cerr << fmt::format("cross-validation: {} of {} grid simulations\n", n, jobs.size());

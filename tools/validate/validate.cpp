@@ -1,5 +1,7 @@
 #include "validate.hpp"
 
+#include "moesim/sim/progress.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -230,6 +232,8 @@ ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOpti
         for (const auto& a : sc.software.applied) applied += (applied.empty() ? "" : ", ") + a;
         o.assumptions.push_back(sc.software.name + " sets " + applied);
       }
+      if (sim::Progress* p = progress_of(opt.cancel))
+        p->set_context(fmt::format("case {} of {} ({})", i + 1, list->size(), o.id));
       const strategies::Simulation sim = strategies::simulate(sc, opt.cancel);
       o.predicted_s = sim.result.step_time_s;
       if (o.timed) o.error_pct = 100.0 * (o.predicted_s - o.published_s) / o.published_s;

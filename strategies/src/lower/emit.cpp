@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "layer.hpp"
+#include "moesim/sim/progress.hpp"
 #include "moesim/strategies/lower/memory.hpp"
 
 namespace moesim::strategies::lowering {
@@ -98,6 +99,7 @@ class Emitter {
   StagePrograms& pr_;
   sim::TaskGraphBuilder& builder_;
   int pp_, vpp_, m_, per_stage_;
+  std::size_t ops_emitted_ = 0;  ///< schedule passes emitted so far (progress)
   Tick launch_ticks_;
   /// Per program: what its launches add to it timed alone (see host_extra()).
   std::unordered_map<const Program*, Tick> host_extra_;
@@ -690,8 +692,10 @@ void Emitter::emit_stage(int stage) {
 
   const auto& order = in_.schedule[stage];
   const bool pairs = pairs_forward_backward(p_.schedule);
+  sim::Progress* progress = progress_of(in_.cancel);
   for (std::size_t oi = 0; oi < order.size(); ++oi) {
     throw_if_cancelled(in_.cancel);
+    if (progress != nullptr) progress->advance(++ops_emitted_);
     const PipeOp& op = order[oi];
     const Program& prog = program_of(stage, op);
     if (prog.steps.empty()) continue;
@@ -857,6 +861,9 @@ EmitResult Emitter::run() {
   dp_tasks_.assign(in_.ranks.size(), {});
   launch_label_ = builder_.label("launch");
   sync_label_ = builder_.label("host_sync.tokens_per_expert");
+  std::size_t ops = 0;  // progress: the passes of every stage's schedule
+  for (const auto& order : in_.schedule) ops += order.size();
+  sim::begin_phase(progress_of(in_.cancel), "building the task graph", ops);
   for (int stage = 0; stage < pp_; ++stage) emit_stage(stage);
   emit_sends();
   for (int stage = 0; stage < pp_; ++stage) emit_step_end(stage);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "moesim/models/presets.hpp"
+#include "moesim/sim/progress.hpp"
 #include "moesim/topologies/topology.hpp"
 #include "simulate_step.hpp"
 
@@ -182,6 +183,12 @@ RankTimes rank_times(const sim::TaskGraph& g, const sim::RunResult& run, const S
 
 namespace {
 
+/// One engine run, reported as a phase of `cancel`'s progress (its total: every task ends once).
+sim::RunResult run_engine(const sim::TaskGraph& g, const CancelFlag* cancel, std::string phase) {
+  sim::begin_phase(progress_of(cancel), std::move(phase), g.num_tasks());
+  return sim::Engine(g, cancel).run();
+}
+
 void add_scaled(Breakdown& a, const Breakdown& b, double w) {
   a.compute_s += w * b.compute_s;
   a.tp_comm_s += w * b.tp_comm_s;
@@ -322,7 +329,7 @@ void slow_overlapped_compute(Simulation& out, const Scenario& s, const CancelFla
         g.set_duration(t, scale_ticks(base[t], 1.0 + slowdown * overlapped));
       }
     }
-    out.run = sim::Engine(g, cancel).run();
+    out.run = run_engine(g, cancel, fmt::format("compute slowed by overlapped communication, pass {} of 2", pass + 1));
     check_run(out.run, s, out.lowered);
   }
 }
@@ -382,7 +389,7 @@ void share_ports(Simulation& out, const Scenario& s, const CancelFlag* cancel) {
       }
     }
     if (!changed) return;
-    out.run = sim::Engine(g, cancel).run();
+    out.run = run_engine(g, cancel, "collectives sharing ports, re-run");
     check_run(out.run, s, out.lowered);
   }
 }
@@ -492,6 +499,7 @@ Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memor
   const models::Workload w = models::build_workload(s.model, s.training.seq_length, s.training.workload);
   const topologies::Topology topo = topologies::build_topology(s.cluster);
   check_full_fidelity_fits(s, topo, w, cancel);
+  sim::begin_phase(progress_of(cancel), "building the task graph", 0);
   out.lowered = lower(s, topo, w, cancel, memory_detail);
   const Lowered& low = out.lowered;
   // Any fidelity: the engine's share comes after the graph; refuse before running it.
@@ -499,7 +507,7 @@ Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memor
     refuse(s, static_cast<double>(low.graph.num_tasks()), static_cast<double>(low.ranks.size()),
            s.simulation.fidelity == Fidelity::Fast ? "raise the limit if the machine has the memory"
                                                    : "the fidelity \"fast\" merges each pass into a few tasks");
-  out.run = sim::Engine(low.graph, cancel).run();
+  out.run = run_engine(low.graph, cancel, fmt::format("simulating {} tasks", low.graph.num_tasks()));
   check_run(out.run, s, low);
   if (s.simulation.port_sharing && s.simulation.fidelity != Fidelity::Fast) share_ports(out, s, cancel);
   if (s.simulation.comm_compute_slowdown > 0) slow_overlapped_compute(out, s, cancel);

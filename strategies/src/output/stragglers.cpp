@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "moesim/sim/progress.hpp"
 #include "simulate_step.hpp"
 
 namespace moesim::strategies {
@@ -55,6 +56,7 @@ Simulation simulate_stragglers(const Scenario& s, const CancelFlag* cancel, bool
   for (int k = 0; k < g.steps; ++k) {
     Scenario sk = s;
     sk.simulation.step_index = k;
+    if (sim::Progress* p = progress_of(cancel)) p->set_context(fmt::format("step {} of {}", k + 1, g.steps));
     runs.push_back(simulate_step(sk, cancel, memory_detail && k == 0));
     sr.step_times_s.push_back(runs.back().result.step_time_s);
   }
@@ -72,7 +74,9 @@ Simulation simulate_stragglers(const Scenario& s, const CancelFlag* cancel, bool
   runs.clear();
   Scenario ideal = s;
   ideal.simulation.stragglers = Stragglers{};
+  if (sim::Progress* p = progress_of(cancel)) p->set_context("the same step with nothing slow");
   sr.ideal_step_s = simulate_step(ideal, cancel, false).result.step_time_s;
+  if (sim::Progress* p = progress_of(cancel)) p->set_context("");
   const StragglerInfo& info = out.lowered.stragglers;
   sr.slow_devices = info.slow_devices;
   sr.slow_nics = info.slow_nics;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include <fmt/format.h>
+
 namespace moesim::strategies {
 namespace {
 
@@ -215,7 +217,6 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
 
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const int n = sizes[i];
-    if (opt.progress) opt.progress(i, sizes.size(), n);
     CapacityPoint p;
     p.devices = n;
     const Scenario sc = scenario_at_size(base, n, opt.batch);
@@ -240,6 +241,12 @@ CapacityReport plan_capacity(const Scenario& base, const CapacityOptions& opt) {
       so.threads = opt.threads;
       so.top_k = opt.simulate_top;
       so.cancel = opt.cancel;
+      if (opt.progress) {
+        const std::string label = fmt::format("size {} of {} ({} devices): ", i + 1, sizes.size(), n);
+        so.progress = [&opt, label](const char* phase, std::size_t done, std::size_t total) {
+          opt.progress((label + phase).c_str(), done, total);
+        };
+      }
       rep = search(sc, space, so);
     }
     p.plans_valid = rep.valid;

@@ -214,6 +214,12 @@ ModelSearchReport model_search(const Scenario& base, const ModelSearchSpec& spec
         o.top_k = spec.top_k;
         o.out_file.clear();
         o.resume = false;
+        if (opt.progress) {
+          const std::string label = fmt::format("model {} of {}: ", idx + 1, n);
+          o.progress = [&opt, label](const char* phase, std::size_t done, std::size_t total) {
+            opt.progress((label + phase).c_str(), done, total);
+          };
+        }
         const SearchReport r = search(sc, space, o);
         rep.objective = r.objective;
         c.plans = r.valid;

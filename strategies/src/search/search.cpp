@@ -174,6 +174,9 @@ struct SearchContext {
   const models::Workload& w;
   const topologies::Topology& topo;
   double devices = 0;
+  /// The plans' simulations poll this follower of opt.cancel: they run on several threads at
+  /// once, so they report no phases to its progress (the search reports its own).
+  const CancelFlag* sim_cancel = nullptr;
 };
 
 // ---- enumerate and screen (mixed-radix index over the axes) --------------------------------
@@ -347,7 +350,7 @@ void refine_candidates(const SearchContext& ctx, std::vector<Candidate>& cands, 
     Scenario sc = ctx.base;
     set_plan(sc, c.plan, plan_to_json(c.plan, ctx.base.model));
     set_fidelity(sc, Fidelity::Fast);
-    const Result res = simulate(sc, ctx.opt.cancel).result;
+    const Result res = simulate(sc, ctx.sim_cancel).result;
     c.fast_step_s = res.step_time_s;
     fits[i] = res.feasible ? 1 : 0;
     c.score = objective_value(space.objective, res.tokens_per_s, res.mfu, ctx.devices, space.train_tokens);
@@ -432,7 +435,7 @@ void simulate_result(const SearchContext& ctx, const Candidate& c, SearchJournal
   Scenario sc = ctx.base;
   set_plan(sc, c.plan, r.plan_json);
   set_fidelity(sc, ctx.space.fidelity);
-  const Simulation sim = simulate(sc, ctx.opt.cancel);
+  const Simulation sim = simulate(sc, ctx.sim_cancel);
   const Result& res = sim.result;
   r.feasible = res.feasible;
   r.infeasible_reason = res.infeasible_reason;
@@ -502,6 +505,12 @@ std::vector<RankedPlan> simulate_waves(const SearchContext& ctx, const std::vect
     const std::size_t wave = std::min<std::size_t>(static_cast<std::size_t>(top_k - feasible), cands.size() - next);
     std::vector<RankedPlan> batch(wave);
     ParallelOptions sim_opt{.threads = ctx.threads, .grain = 1, .cancel = opt.cancel, .tick = {}, .tick_ms = 100};
+    // Progress counts the plans simulated against top_k (a wave after infeasible ones can pass it).
+    const std::size_t before = results.size();
+    if (opt.progress)
+      sim_opt.tick = [&](std::size_t d) {
+        opt.progress("simulating", std::min<std::size_t>(before + d, static_cast<std::size_t>(top_k)), top_k);
+      };
     const SearchPeers& peers = opt.peers;
     parallel_for(wave, sim_opt, [&](int, std::size_t i) {
       if (peers.owns(next + i)) candidate_result(ctx, cands[next + i], journal, batch[i]);
@@ -514,7 +523,6 @@ std::vector<RankedPlan> simulate_waves(const SearchContext& ctx, const std::vect
       results.push_back(std::move(r));
     }
     next += wave;
-    if (opt.progress) opt.progress("simulating", std::min<std::size_t>(feasible, top_k), top_k);
   }
   return results;
 }
@@ -600,7 +608,8 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
   const models::Workload w = models::build_workload(base.model, base.training.seq_length, base.training.workload);
   const topologies::Topology topo = topologies::build_topology(base.cluster);
   const double devices = base.cluster.devices;
-  const SearchContext ctx{base, space, opt, threads, w, topo, devices};
+  const CancelFlag sim_cancel(opt.cancel);
+  const SearchContext ctx{base, space, opt, threads, w, topo, devices, &sim_cancel};
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Candidate> cands = screen_plans(ctx, rep);

@@ -112,7 +112,7 @@ def check(scenario, overrides=None):
 
 
 def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infeasible=False, wall_time=True,
-             memory_detail=False):
+             memory_detail=False, progress=None):
     """Simulate one training step; return the result dict of ``moesim simulate --format json``.
 
     scenario: a dict (the scenario JSON) or a path to a scenario file.
@@ -133,9 +133,16 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
     memory_detail: also return ``result["memory"]["detail"]`` (like ``--memory-detail``): every
         activation term per operator of the largest stage, with what recomputation drops and
         the source of each size, and the static parts (weights, gradients, optimizer, ...).
+    progress: called as ``progress(phase, done, total)`` from the calling thread while the
+        simulation runs (every 50 ms when something changed): ``phase`` names the work
+        (``"building the task graph"``, ``"simulating 622080 tasks"``, ...), ``done`` of
+        ``total`` units (``total`` 0: not known). An exception it raises cancels the simulation
+        and is re-raised.
 
     Raises ConfigError for bad input (message as the CLI's, exit status 2).
     """
+    if progress is not None and not callable(progress):
+        raise _argument_error("progress", progress, "must be callable as progress(phase, done, total) or None")
     return _moesim.simulate(
         _scenario(scenario),
         overrides,
@@ -144,6 +151,7 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
         _bool("raise_infeasible", raise_infeasible),
         _bool("wall_time", wall_time),
         _bool("memory_detail", memory_detail),
+        progress,
     )
 
 
@@ -159,7 +167,7 @@ def search(scenario, overrides=None, top=10, threads=0, progress=None, client=No
     ``overrides`` work as in :func:`simulate` (``{"search.tp": [4, 8]}``). ``top`` plans are
     shown in ``ranked`` (and at least as many event-simulated); ``threads`` 0 uses every core.
     ``progress``, when given, is called as ``progress(phase, done, total)`` — ``phase`` is
-    ``"screening"`` or ``"simulating"``, ``done`` and ``total`` are ints — from the calling
+    ``"screening"``, ``"replaying pipelines"``, ``"refining"`` or ``"simulating"``, ``done`` and ``total`` are ints — from the calling
     thread with the GIL held; an exception it raises stops the calls and is re-raised when the
     search returns. The result is identical for any number of threads.
     """

@@ -7,6 +7,10 @@
 //   cancel.request();                        // async-signal-safe: one lock-free atomic store
 //   // the search stops its workers and throws Cancelled
 //
+// The loops that poll the flag also report how far they got to a sim::Progress attached to it
+// (sim/progress.hpp): the flag is what every long computation already receives, so progress
+// needs no second parameter threaded through the library.
+//
 // Raising the flag is async-signal-safe (std::atomic<bool> is lock-free on every platform we
 // build on; checked below), so a SIGINT handler may call request() directly.
 
@@ -15,14 +19,33 @@
 
 namespace moesim {
 
+namespace sim {
+class Progress;
+}
+
 class CancelFlag {
  public:
+  CancelFlag() = default;
+  /// A flag also raised when `follows` is, with no progress of its own: for work run on several
+  /// threads at once whose inner phases must not fight over one progress line.
+  explicit CancelFlag(const CancelFlag* follows) noexcept : follows_(follows) {}
+  CancelFlag(const CancelFlag&) = delete;
+  CancelFlag& operator=(const CancelFlag&) = delete;
+
   void request() noexcept { requested_.store(true, std::memory_order_relaxed); }
   void reset() noexcept { requested_.store(false, std::memory_order_relaxed); }
-  [[nodiscard]] bool requested() const noexcept { return requested_.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool requested() const noexcept {
+    return requested_.load(std::memory_order_relaxed) || (follows_ != nullptr && follows_->requested());
+  }
+
+  /// Where the polling loops report progress (null: nowhere). Attach before the work starts.
+  void attach(sim::Progress* progress) noexcept { progress_ = progress; }
+  [[nodiscard]] sim::Progress* progress() const noexcept { return progress_; }
 
  private:
   std::atomic<bool> requested_{false};
+  const CancelFlag* follows_ = nullptr;
+  sim::Progress* progress_ = nullptr;
   static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler must be able to raise the flag");
 };
 
@@ -36,5 +59,8 @@ class Cancelled : public std::runtime_error {
 inline void throw_if_cancelled(const CancelFlag* flag) {
   if (flag != nullptr && flag->requested()) throw Cancelled();
 }
+
+/// The Progress attached to a flag that may be null.
+inline sim::Progress* progress_of(const CancelFlag* flag) { return flag != nullptr ? flag->progress() : nullptr; }
 
 }  // namespace moesim

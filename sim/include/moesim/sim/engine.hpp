@@ -14,7 +14,9 @@
 // A task whose end would pass the horizon `kMaxTick` stops the run with `out_of_range` set and
 // `failed_task` naming it (the inputs made a step longer than ~26.7 days: an input error, not a
 // wrapped time). A run given a CancelFlag polls it every few thousand events and stops with
-// `cancelled` set when it is raised.
+// `cancelled` set when it is raised; at the same points it reports the events done to the
+// sim::Progress attached to the flag, if any (the caller names the phase and its total, the
+// task count: every task completes once).
 
 #include <cstdint>
 #include <string>

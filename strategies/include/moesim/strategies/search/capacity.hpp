@@ -58,8 +58,9 @@ struct CapacityOptions {
   const SearchReport* known_search = nullptr;
   /// Polled by every size's search; raised, planning stops with Cancelled.
   const CancelFlag* cancel = nullptr;
-  /// Progress: (size index, number of sizes, devices) before each size's search.
-  std::function<void(std::size_t, std::size_t, int)> progress;
+  /// Progress of each size's search, as SearchOptions::progress with the phase prefixed by
+  /// "size i of n (D devices): ".
+  std::function<void(const char* phase, std::size_t done, std::size_t total)> progress;
 };
 
 /// One cluster size and the best plan found for it.
