@@ -4,6 +4,30 @@
 
 namespace moesim::models {
 
+namespace recompute {
+
+std::uint32_t module_bit(const std::string& name) {
+  if (name == "activation") return kActivation;
+  for (const Module& m : kModules)
+    if (name == m.name) return m.bit;
+  return 0;
+}
+
+std::string module_names(std::uint32_t bits) {
+  std::string s;
+  for (const Module& m : kModules)
+    if (bits & m.bit) s += (s.empty() ? "" : "+") + std::string(m.name);
+  return s;
+}
+
+std::string all_module_names() {
+  std::string s;
+  for (const Module& m : kModules) s += (s.empty() ? "" : ", ") + std::string(m.name);
+  return s;
+}
+
+}  // namespace recompute
+
 double Op::forward_model_flops_per_token(double seq_len) const {
   if (!model_flops) return 0.0;
   if (kind == OpKind::Gemm) return 2.0 * k * n * tokens_factor;
@@ -285,22 +309,22 @@ void moe_block(const ModelSpec& m, std::vector<Op>& ops, const std::string& p, c
                              "FP32 routing scores of all E experts for the softmax / top-k backward, 4 B x E per "
                              "token (moesim estimate)"),
                       recompute::kMoe));
-  ops.push_back(rerun(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B), recompute::kMoe));
-  ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe));
+  ops.push_back(rerun(vec(p + "permute", Region::Sequence, (1.0 + k) * h * B), recompute::kMoe | recompute::kMoeDispatch));
+  ops.push_back(rerun(comm(p + "dispatch", Comm::EpDispatch, k * h * B), recompute::kMoe | recompute::kMoeDispatch));
   Op up = gemm(p + "expert_up", Region::Expert, Split::Column, h, 2 * f);
   up.tokens_factor = k;
   up.matrices = e;
   up.params = e * h * 2 * f;
-  up.rerun_tag = recompute::kMoe;
+  up.rerun_tag = recompute::kMoe | recompute::kMoeUp;
   up.expert_part = 1;
-  ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe,
+  ops.push_back(saving(up, h * B, SavedLayout::Expert, recompute::kMoe | recompute::kMoeDispatch,
                        "permuted tokens k sbh: input of the grouped up GEMM, 2 B x h per routed copy"));
   Op act = vec(p + "expert_act", Region::Expert, 3.0 * f * B);
   act.tokens_factor = k;
   act.split = Split::Column;
   act.rerun_tag = recompute::kMoe | recompute::kActivation;
   act.expert_part = 2;
-  ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe,
+  ops.push_back(saving(act, 2 * f * B, SavedLayout::Expert, recompute::kMoe | recompute::kMoeUp,
                        "SwiGLU input of the experts 2 ffn: gate and up outputs, 2 B x 2f per routed copy"));
   Op down = gemm(p + "expert_down", Region::Expert, Split::Row, f, h);
   down.tokens_factor = k;

@@ -553,14 +553,8 @@ namespace {
 /// Why a selective recomputation drops an operator's saved bytes: the first of the plan's
 /// `--recompute-modules` that covers it.
 const char* module_reason(std::uint32_t bits) {
-  namespace rc = models::recompute;
-  if (bits & rc::kNorm) return "recompute module layernorm";
-  if (bits & rc::kCoreAttn) return "recompute module core_attn";
-  if (bits & rc::kMlaUp) return "recompute module mla_up_proj";
-  if (bits & rc::kActivation) return "recompute module moe_act";
-  if (bits & rc::kMlp) return "recompute module mlp";
-  if (bits & rc::kMoe) return "recompute module moe";
-  if (bits & rc::kShared) return "recompute module shared_experts";
+  for (const auto& m : models::recompute::kModules)
+    if (bits & m.bit) return m.reason;
   return "recompute";
 }
 

@@ -53,17 +53,9 @@ std::uint32_t parse_recompute_modules(const nlohmann::json& v, const std::string
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto& x = v[i];
-    const std::string s = x.is_string() ? x.get<std::string>() : "";
-    if (s == "core_attn") bits |= rc::kCoreAttn;
-    else if (s == "layernorm") bits |= rc::kNorm;
-    else if (s == "mla_up_proj") bits |= rc::kMlaUp;
-    else if (s == "moe_act" || s == "activation") bits |= rc::kActivation;
-    else if (s == "mlp") bits |= rc::kMlp;
-    else if (s == "moe") bits |= rc::kMoe;
-    else if (s == "shared_experts") bits |= rc::kShared;
-    else
-      diag.error(pointer + "/" + std::to_string(i), json_brief(x),
-                 "must be one of: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts");
+    const std::uint32_t bit = x.is_string() ? rc::module_bit(x.get<std::string>()) : 0;
+    if (bit != 0) bits |= bit;
+    else diag.error(pointer + "/" + std::to_string(i), json_brief(x), "must be one of: " + rc::all_module_names());
   }
   return bits;
 }
@@ -168,6 +160,18 @@ void parse_recompute(ObjectReader& r, Plan& p, Diagnostics& diag) {
       diag.error(r.child_pointer("recompute_modules"), json_brief(*mods), "needs recompute_granularity=\"selective\"");
   } else {
     p.recompute_modules = models::recompute::kCoreAttn;  // Megatron's default selective module
+  }
+  // MindSpeed's savers riding on selective recomputation: --recompute-activation-function and
+  // --moe-zero-memory add their modules (alone, without core_attn, when nothing else is
+  // recomputed); full recomputation has nothing left for them to drop.
+  namespace rc = models::recompute;
+  std::uint32_t extra = r.boolean({"recompute_activation_function"}, false) ? rc::kActivation : 0u;
+  const std::string zero = r.string({"moe_zero_memory"}, "disable", {"disable", "level0", "level1"});
+  if (zero == "level0") extra |= rc::kZeroMemoryLevel0;
+  if (zero == "level1") extra |= rc::kZeroMemoryLevel1;
+  if (extra != 0 && (p.recompute == Recompute::None || p.recompute == Recompute::Selective)) {
+    p.recompute_modules = p.recompute == Recompute::Selective ? p.recompute_modules | extra : extra;
+    p.recompute = Recompute::Selective;
   }
 }
 
@@ -511,25 +515,6 @@ void load_model_and_cluster(ObjectReader& root, const std::string& base_dir, Sce
   else diag.error("/cluster", "", "is required ({\"preset\": \"atlas-800t-a2\", \"devices\": 6144})");
 }
 
-/// The parallelism section's megatron_args, merged into `par` and `training`.
-void merge_megatron_args(nlohmann::json& par, nlohmann::json& training, Diagnostics& diag) {
-  if (par.is_object() && par.contains("megatron_args")) {
-    if (!par["megatron_args"].is_string()) {
-      diag.error("/parallelism/megatron_args", json_brief(par["megatron_args"]), "must be a string of command-line arguments");
-    } else {
-      nlohmann::json from_args = nlohmann::json::object();
-      nlohmann::json train_args = nlohmann::json::object();
-      apply_megatron_args(par["megatron_args"].get<std::string>(), from_args, train_args, "/parallelism/megatron_args", diag);
-      // Explicit keys win over the command line.
-      for (auto it = from_args.begin(); it != from_args.end(); ++it)
-        if (!par.contains(it.key())) par[it.key()] = it.value();
-      if (training.is_object())
-        for (auto it = train_args.begin(); it != train_args.end(); ++it)
-          if (!training.contains(it.key())) training[it.key()] = it.value();
-    }
-  }
-}
-
 /// moe.expert_map: the expert-parallel rank(s) of each expert.
 void parse_expert_map(const nlohmann::json& map, Scenario& s, Diagnostics& diag) {
   const std::string ptr = "/moe/expert_map";
@@ -735,7 +720,7 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
 
   nlohmann::json par = doc.contains("parallelism") ? doc["parallelism"] : nlohmann::json::object();
   nlohmann::json training = doc.contains("training") ? doc["training"] : nlohmann::json::object();
-  merge_megatron_args(par, training, diag);
+  merge_megatron_args(par, training, s.model.num_layers > 0 ? &s.model : nullptr, diag);
   if (const auto* sw = root.get({"software"})) apply_software(*sw, par, training, s, diag);
   root.has({"parallelism"});
   if (root.has({"training"})) parse_training(training, "/training", s.training, diag);
@@ -779,17 +764,6 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   return s;
 }
 
-namespace {
-// Short aliases of the parallelism keys (INTERFACE.md).
-constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
-    {"tp", "tensor_model_parallel_size"},    {"pp", "pipeline_model_parallel_size"},
-    {"vpp", "virtual_pipeline_model_parallel_size"}, {"ep", "expert_model_parallel_size"},
-    {"etp", "expert_tensor_parallel_size"},  {"cp", "context_parallel_size"},
-    {"dp", "data_parallel_size"},            {"mbs", "micro_batch_size"},
-};
-
-}  // namespace
-
 const char* dp_sharding_name(DpSharding s) {
   switch (s) {
     case DpSharding::None: return "no_shard";
@@ -830,7 +804,7 @@ std::string canonical_override(const nlohmann::json& doc, const std::string& ass
     if (eq == std::string::npos) return assignment;
     const std::string key = assignment.substr(prefix.size(), eq - prefix.size());
     const auto& sec = doc[section];
-    for (auto [alias, full] : kAliases) {
+    for (auto [alias, full] : kParallelismAliases) {
       if (key == alias && !sec.contains(key) && sec.contains(full))
         return prefix + std::string(full) + assignment.substr(eq);
       if (key == full && !sec.contains(key) && sec.contains(alias))

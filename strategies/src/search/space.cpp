@@ -59,21 +59,7 @@ nlohmann::json SearchSpace::to_json() const {
 
 namespace search_detail {
 
-std::string module_names(std::uint32_t bits) {
-  namespace rc = models::recompute;
-  std::string s;
-  auto add = [&](std::uint32_t b, const char* n) {
-    if (bits & b) s += (s.empty() ? "" : "+") + std::string(n);
-  };
-  add(rc::kCoreAttn, "core_attn");
-  add(rc::kNorm, "layernorm");
-  add(rc::kMlaUp, "mla_up_proj");
-  add(rc::kActivation, "moe_act");
-  add(rc::kMlp, "mlp");
-  add(rc::kMoe, "moe");
-  add(rc::kShared, "shared_experts");
-  return s;
-}
+std::string module_names(std::uint32_t bits) { return models::recompute::module_names(bits); }
 
 }  // namespace search_detail
 
@@ -89,15 +75,8 @@ std::vector<int> divisors_up_to(long long n, long long limit) {
 }
 
 std::optional<std::uint32_t> module_bit(const std::string& n) {
-  namespace rc = models::recompute;
-  if (n == "core_attn") return rc::kCoreAttn;
-  if (n == "layernorm") return rc::kNorm;
-  if (n == "mla_up_proj") return rc::kMlaUp;
-  if (n == "moe_act" || n == "activation") return rc::kActivation;
-  if (n == "mlp") return rc::kMlp;
-  if (n == "moe") return rc::kMoe;
-  if (n == "shared_experts") return rc::kShared;
-  return std::nullopt;
+  const std::uint32_t b = models::recompute::module_bit(n);
+  return b != 0 ? std::optional<std::uint32_t>(b) : std::nullopt;
 }
 
 /// The search section's reader: its axes are "auto" (or absent) for the automatic values, a

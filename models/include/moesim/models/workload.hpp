@@ -64,6 +64,40 @@ inline constexpr std::uint32_t kActivation = 1u << 3;  ///< "moe_act" / MLP acti
 inline constexpr std::uint32_t kMlp = 1u << 4;         ///< "mlp" (dense MLP)
 inline constexpr std::uint32_t kMoe = 1u << 5;         ///< "moe" (routed experts)
 inline constexpr std::uint32_t kShared = 1u << 6;      ///< "shared_experts"
+/// MindSpeed --moe-zero-memory's parts: the routed experts' input (the permuted tokens) is not
+/// kept; the backward re-runs the permutation and the dispatch all-to-all to get it back.
+inline constexpr std::uint32_t kMoeDispatch = 1u << 7;  ///< "moe_dispatch"
+/// The experts' up-projection is re-run in the backward, so its output (the activation
+/// function's input) is not kept.
+inline constexpr std::uint32_t kMoeUp = 1u << 8;        ///< "moe_expert_up"
+
+/// Every module, in the order names are listed: {bit, name, why its bytes are not kept}.
+struct Module {
+  std::uint32_t bit;
+  const char* name;
+  const char* reason;  ///< static text for memory reports
+};
+inline constexpr Module kModules[] = {
+    {kCoreAttn, "core_attn", "recompute module core_attn"},
+    {kNorm, "layernorm", "recompute module layernorm"},
+    {kMlaUp, "mla_up_proj", "recompute module mla_up_proj"},
+    {kActivation, "moe_act", "recompute module moe_act"},
+    {kMlp, "mlp", "recompute module mlp"},
+    {kMoe, "moe", "recompute module moe"},
+    {kShared, "shared_experts", "recompute module shared_experts"},
+    {kMoeDispatch, "moe_dispatch", "recompute module moe_dispatch (MindSpeed moe-zero-memory)"},
+    {kMoeUp, "moe_expert_up", "recompute module moe_expert_up (MindSpeed moe-zero-memory level1)"}};
+
+/// The bit of a module name ("activation" is moe_act's other name); 0 when unknown.
+std::uint32_t module_bit(const std::string& name);
+/// "core_attn+moe_act": the names of the bits set, in kModules order.
+std::string module_names(std::uint32_t bits);
+/// "core_attn, layernorm, ...": every name, for messages.
+std::string all_module_names();
+/// MindSpeed --moe-zero-memory level0 (the experts' input and the activation output re-made in
+/// the backward) and level1 (also the activation input: the up-projection re-run).
+inline constexpr std::uint32_t kZeroMemoryLevel0 = kMoeDispatch | kActivation;
+inline constexpr std::uint32_t kZeroMemoryLevel1 = kMoeDispatch | kActivation | kMoeUp;
 }  // namespace recompute
 
 struct Op {

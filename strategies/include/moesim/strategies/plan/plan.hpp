@@ -11,8 +11,10 @@
 // micro-batches). Problems are thrown together as one ConfigError.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -315,8 +317,32 @@ void validate_plan(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m
 /// The same checks without messages (fast; for searches). Derives dp and micro-batches too.
 bool plan_is_valid(Plan& plan, const TrainingSpec& t, const models::ModelSpec& m, const topologies::ClusterSpec& c);
 
-/// Parses a Megatron / MindSpeed command line into parallelism and training keys.
-void apply_megatron_args(const std::string& args, nlohmann::json& parallelism, nlohmann::json& training,
-                         const std::string& pointer, Diagnostics& diag);
+/// Short aliases of the parallelism keys (INTERFACE.md): {alias, Megatron name}.
+inline constexpr std::pair<std::string_view, std::string_view> kParallelismAliases[] = {
+    {"tp", "tensor_model_parallel_size"},    {"pp", "pipeline_model_parallel_size"},
+    {"vpp", "virtual_pipeline_model_parallel_size"}, {"ep", "expert_model_parallel_size"},
+    {"etp", "expert_tensor_parallel_size"},  {"cp", "context_parallel_size"},
+    {"dp", "data_parallel_size"},            {"mbs", "micro_batch_size"},
+};
+
+/// A Megatron / MindSpeed command line read as scenario keys.
+struct MegatronArgs {
+  nlohmann::json parallelism = nlohmann::json::object();
+  nlohmann::json training = nlohmann::json::object();
+  /// Model shape flags (--num-layers, --hidden-size, ...) by their key: checked against the model.
+  nlohmann::json model = nlohmann::json::object();
+  /// For messages: each key set above and the flag that set it, as written ("--num-layers 30").
+  std::map<std::string, std::string> flag;
+};
+
+/// Parses a Megatron / MindSpeed command line (reference/pangu.md G for MindSpeed's flags; a
+/// flag moesim cannot honour is refused with the reason).
+MegatronArgs parse_megatron_args(const std::string& args, const std::string& pointer, Diagnostics& diag);
+
+/// The parallelism section's megatron_args merged into `par` and `training`. A key the command
+/// line and the scenario both give must agree, and shape flags must match `model` (when read):
+/// a contradiction is an error naming the flag and the scenario's value.
+void merge_megatron_args(nlohmann::json& par, nlohmann::json& training, const models::ModelSpec* model,
+                         Diagnostics& diag);
 
 }  // namespace moesim::strategies

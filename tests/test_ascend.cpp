@@ -1,0 +1,178 @@
+// Ascend-native input (issue 21): MindSpeed's flags mean what MindSpeed means or are refused
+// with the reason, and a command line that contradicts the scenario is an error.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "moesim/models/presets.hpp"
+#include "moesim/strategies/output/simulate.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+
+using namespace moesim;
+using namespace moesim::strategies;
+
+namespace {
+
+const std::string kPangu = std::string(MOESIM_SOURCE_DIR) + "/scenarios/pangu-ultra-moe-718b.json";
+
+/// The 718B scenario with its parallelism given as a command line (plus `extra` keys).
+nlohmann::json pangu_with_args(const std::string& args, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json doc = {{"model", "pangu-ultra-moe-718b"},
+                        {"cluster", {{"preset", "atlas-800t-a2"}, {"devices", 6144}}},
+                        {"training", {{"seq_length", 4096}, {"global_batch_size", 6144}}}};
+  doc["parallelism"] = extra;
+  doc["parallelism"]["megatron_args"] =
+      "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --virtual-pipeline-model-parallel-size 2 "
+      "--expert-model-parallel-size 4 --moe-tp-extend-ep --micro-batch-size 2 --sequence-parallel "
+      "--use-distributed-optimizer " +
+      args;
+  return doc;
+}
+
+Scenario load_args(const std::string& args, const nlohmann::json& extra = nlohmann::json::object()) {
+  return load_scenario(pangu_with_args(args, extra), "t.json", "");
+}
+
+/// The problems of loading the command line, one string each ("" when it loads).
+std::vector<std::string> problems(const std::string& args, const nlohmann::json& extra = nlohmann::json::object()) {
+  std::vector<std::string> out;
+  try {
+    (void)load_args(args, extra);
+  } catch (const ConfigError& e) {
+    for (const auto& d : e.diagnostics()) out.push_back(d.to_string());
+  }
+  return out;
+}
+
+bool any_contains(const std::vector<std::string>& v, const std::string& needle) {
+  for (const auto& s : v)
+    if (s.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("mindspeed flags: each one sets what MindSpeed means", "[ascend][plan]") {
+  namespace rc = models::recompute;
+  CHECK(load_args("--use-mc2").plan.tp_comm_overlap);  // MC2: TP collectives fused with their matmuls
+  CHECK(load_args("--moe-alltoall-overlap-comm").plan.shared_expert_overlap);
+  CHECK(load_args("--moe-fb-overlap").plan.fb_overlap);
+  CHECK(load_args("--swap-optimizer").plan.swap_optimizer);
+  CHECK(load_args("--schedules-method dualpipev").plan.schedule ==
+        ScheduleKind::DualPipeV);
+  CHECK(load_args("--moe-hierarchical-alltoallv").plan.alltoall == AllToAllAlgo::AllGather);
+  {
+    const Plan p = load_args("--recompute-activation-function").plan;
+    CHECK(p.recompute == Recompute::Selective);
+    CHECK(p.recompute_modules == rc::kActivation);  // the activation function alone, not core_attn
+  }
+  {
+    const Plan p = load_args("--moe-zero-memory level0").plan;
+    CHECK(p.recompute == Recompute::Selective);
+    CHECK(p.recompute_modules == (rc::kMoeDispatch | rc::kActivation));
+  }
+  {
+    // With selective recompute already on, zero-memory adds its modules to the others.
+    const Plan p = load_args("--recompute-granularity selective --moe-zero-memory level1").plan;
+    CHECK(p.recompute_modules == (rc::kCoreAttn | rc::kMoeDispatch | rc::kActivation | rc::kMoeUp));
+  }
+  // --moe-permute-fusion: moesim's permutation already moves what the fused kernel moves.
+  CHECK(problems("--moe-permute-fusion").empty());
+  CHECK(load_args("--moe-zero-memory disable").plan.recompute == Recompute::None);
+}
+
+TEST_CASE("mindspeed flags: the ones moesim cannot honour are refused with the reason", "[ascend][plan]") {
+  CHECK(any_contains(problems("--swap-attention"), "give parallelism.swap_activations"));
+  CHECK(any_contains(problems("--adaptive-recompute-device-size 60000"),
+                     "\"--adaptive-recompute-device-size 60000\" is MindSpeed's adaptive selective recompute"));
+  CHECK(any_contains(problems("--adaptive-memory-optimization"), "does not replay that policy"));
+  CHECK(any_contains(problems("--recompute-in-bubble"), "into pipeline bubbles"));
+  CHECK(any_contains(problems("--recompute-in-advance"), "into pipeline bubbles"));
+  CHECK(any_contains(problems("--moe-zero-memory level0 --moe-zero-memory-num-layers 2"), "every decoder layer"));
+  CHECK(any_contains(problems("--moe-zero-memory level2"), "must be disable, level0 or level1"));
+  CHECK(any_contains(problems("--schedules-method zb"), "must be dualpipev"));
+  // MC2 fuses the sequence-parallel collectives: without SP it is refused, as MindSpeed does.
+  nlohmann::json doc = pangu_with_args("--use-mc2");
+  std::string& a = doc["parallelism"]["megatron_args"].get_ref<std::string&>();
+  a.replace(a.find("--sequence-parallel"), std::string("--sequence-parallel").size(), "");
+  try {
+    (void)load_scenario(doc, "t.json", "");
+    FAIL("--use-mc2 without --sequence-parallel loaded");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("needs --sequence-parallel") != std::string::npos);
+  }
+}
+
+TEST_CASE("mindspeed flags: zero-memory keeps most of full MoE recompute's saving at less cost", "[ascend][memory]") {
+  // MindSpeed (reference/pangu.md G): --moe-zero-memory level0 / level1 keep 70%+ / 90%+ of the
+  // memory that recomputing the whole MoE layer saves. Measured on every stage of the 718B,
+  // against selective recompute of core attention only.
+  auto run = [](const std::string& mods) {
+    return simulate(load_scenario_file(kPangu, {"parallelism.recompute_modules=" + mods})).result;
+  };
+  const Result base = run(R"(["core_attn"])");
+  const Result moe = run(R"(["core_attn","moe"])");
+  const Result l0 = run(R"(["core_attn","moe_dispatch","moe_act"])");
+  const Result l1 = run(R"(["core_attn","moe_dispatch","moe_act","moe_expert_up"])");
+  REQUIRE(base.stages.size() == 16);
+  for (std::size_t s = 0; s < base.stages.size(); ++s) {
+    const double full = base.stages[s].memory.activations_bytes - moe.stages[s].memory.activations_bytes;
+    REQUIRE(full > 0);
+    CHECK(base.stages[s].memory.activations_bytes - l0.stages[s].memory.activations_bytes >= 0.70 * full);
+    CHECK(base.stages[s].memory.activations_bytes - l1.stages[s].memory.activations_bytes >= 0.90 * full);
+  }
+  // Cheaper than re-running the whole layer (router, combine and unpermute are not re-run).
+  CHECK(l0.step_time_s < l1.step_time_s);
+  CHECK(l1.step_time_s < moe.step_time_s);
+  CHECK(base.step_time_s < l0.step_time_s);
+}
+
+TEST_CASE("megatron_args: a command line that contradicts the scenario is an error", "[ascend][plan]") {
+  // The model's shape: --num-layers 30 against a 61-layer model.
+  auto p = problems("--num-layers 30");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].find("\"--num-layers 30\" contradicts the model's 61 decoder layers") != std::string::npos);
+  // MindSpeed counts its no-op padding layers in --num-layers: 61 + 3 = 64 agrees.
+  CHECK(problems("--num-layers 64 --noop-layers 61,62,63").empty());
+  CHECK(problems("--num-layers 61 --hidden-size 7680 --num-attention-heads 128 --num-experts 256 "
+                 "--moe-router-topk 8 --moe-ffn-hidden-size 2048")
+            .empty());
+  CHECK(any_contains(problems("--hidden-size 4096"), "contradicts the model's 7680 hidden size"));
+  CHECK(any_contains(problems("--num-experts 64"), "contradicts the model's 256 routed experts"));
+  // Training keys: the scenario's global batch against --global-batch-size 999.
+  p = problems("--global-batch-size 999");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] == "t.json:/training/global_batch_size: 6144 contradicts \"--global-batch-size 999\" in "
+                "/parallelism/megatron_args; give the value once");
+  CHECK(problems("--global-batch-size 6144 --seq-length 4096").empty());  // agreeing is fine
+  // Parallelism keys, under either spelling.
+  CHECK(any_contains(problems("", {{"tp", 4}}), "t.json:/parallelism/tp: 4 contradicts \"--tensor-model-parallel-size 8\""));
+  CHECK(any_contains(problems("", {{"micro_batch_size", 1}}), "/parallelism/micro_batch_size: 1 contradicts"));
+  CHECK(problems("", {{"tensor_model_parallel_size", 8}}).empty());
+}
+
+TEST_CASE("presets: a 910C package is two 910C dies side by side", "[ascend][presets]") {
+  Diagnostics diag("t");
+  const auto die = models::load_device(nlohmann::json("ascend-910c-die"), "/d", diag);
+  const auto pkg = models::load_device(nlohmann::json("ascend-910c"), "/d", diag);
+  REQUIRE(diag.ok());
+  CHECK(pkg.peak(models::Precision::BF16).value() == Approx(2 * die.peak(models::Precision::BF16).value()));
+  CHECK(pkg.peak(models::Precision::BF16).value() == Approx(752e12));
+  CHECK(pkg.hbm_capacity.value() == Approx(2 * die.hbm_capacity.value()));
+  CHECK(pkg.hbm_bandwidth.value() == Approx(2 * die.hbm_bandwidth.value()));
+  CHECK(pkg.compute_units == 2 * die.compute_units);
+  // Efficiencies are the die's: two dies run side by side.
+  CHECK(pkg.gemm_peak_efficiency == die.gemm_peak_efficiency);
+  CHECK(pkg.attention_fwd_efficiency == die.attention_fwd_efficiency);
+}
+
+TEST_CASE("scenarios: the 718B on CloudMatrix 384 keeps its expert all-to-all on the Unified Bus", "[ascend][scenario]") {
+  // Same ranks, batch and plan as on Atlas 800T A2: the expert all-to-all, which crosses RoCE
+  // between 8-NPU servers there, stays inside a 768-die supernode here.
+  const Result cm = simulate(load_scenario_file(std::string(MOESIM_SOURCE_DIR) + "/scenarios/pangu-718b-cloudmatrix-384.json", {})).result;
+  const Result a2 = simulate(load_scenario_file(kPangu, {})).result;
+  REQUIRE(cm.feasible);
+  CHECK(cm.breakdown.ep_comm_s < a2.breakdown.ep_comm_s);
+  CHECK(cm.tokens_per_s > a2.tokens_per_s);
+}
