@@ -521,4 +521,34 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
   return w;
 }
 
+double megatron_flops_per_token(const ModelSpec& m, double seq_len) {
+  const double h = static_cast<double>(m.hidden);
+  const double heads = m.heads, s = seq_len;
+  const double ffn_matrices = m.mlp == MlpKind::SwiGLU ? 3.0 : 2.0;
+  // MTP modules count as decoder layers of the kind of the last one.
+  const bool last_moe = m.is_moe() && !m.is_moe_layer.empty() && m.is_moe_layer.back();
+  const double moe_layers = m.num_moe_layers() + (last_moe ? m.mtp_layers : 0);
+  const double dense_layers = m.num_dense_layers() + (last_moe ? 0 : m.mtp_layers);
+  const double layers = m.num_layers + m.mtp_layers;
+  // Forward multiply-accumulates per token of one layer's attention (x 2 FLOPs x 3 passes below).
+  double attn = 0;
+  if (m.attention == AttentionKind::MLA) {
+    const double qk = m.qk_nope_dim + m.qk_rope_dim;
+    const double q = m.q_lora_rank > 0 ? m.q_lora_rank * (h + heads * qk + 1) : h * heads * qk;
+    attn = q + m.kv_lora_rank * (h + heads * (m.qk_nope_dim + m.v_head_dim) + 1) + h * m.qk_rope_dim +
+           heads * m.v_head_dim * h + s * heads * qk / 2 + s * heads * m.v_head_dim / 2;
+  } else {
+    const double qp = static_cast<double>(m.head_dim) * heads;
+    const double kvp = static_cast<double>(m.head_dim) * m.kv_heads;
+    attn = h * (qp + 2 * kvp) + qp * s / 2 * 2 + qp * h;
+  }
+  const double mlp = h * ffn_matrices *
+                     (static_cast<double>(m.ffn_hidden) * dense_layers +
+                      static_cast<double>(m.expert_ffn_hidden) * m.top_k * moe_layers +
+                      static_cast<double>(m.shared_expert_ffn_hidden) * moe_layers);
+  const double mtp_proj = m.mtp_layers * (3 * h + 2 * h * h);
+  const double logits = h * static_cast<double>(m.vocab) * (m.mtp_layers + 1);
+  return 6.0 * (mlp + attn * layers + mtp_proj + logits);
+}
+
 }  // namespace moesim::models

@@ -81,7 +81,8 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   o += "\n";
   o += fmt::format("  {:<22}{}tokens/s ({:.1f} per device)\n", "throughput", human(r.tokens_per_s),
                    r.tokens_per_s_per_device);
-  o += fmt::format("  {:<22}{:.1f}% / {:.1f}%\n", "MFU / HFU", 100 * r.mfu, 100 * r.hfu);
+  o += fmt::format("  {:<22}{:.1f}% / {:.1f}%   (Megatron's FLOP formula: {:.1f}% MFU)\n", "MFU / HFU", 100 * r.mfu,
+                   100 * r.hfu, 100 * r.mfu_megatron);
   o += fmt::format("  {:<22}{:.1f} TFLOP/s per device (peak {:.1f})\n", "model FLOP rate", r.achieved_tflops_per_device,
                    r.peak_tflops_per_device);
   o += fmt::format("  {:<22}{:.1f} of {:.1f} GiB per device{}\n", "peak memory", gib(r.peak_memory_bytes),

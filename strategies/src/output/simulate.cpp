@@ -523,6 +523,8 @@ Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memor
   const double peak = dev.mfu_peak(s.training.precision).value();
   r.peak_tflops_per_device = peak / 1e12;
   r.mfu = r.model_flops_per_token * r.tokens_per_s / (devices * peak);
+  r.megatron_flops_per_token = models::megatron_flops_per_token(s.model, static_cast<double>(s.training.seq_length));
+  r.mfu_megatron = r.megatron_flops_per_token * r.tokens_per_s / (devices * peak);
   r.achieved_tflops_per_device = r.mfu * r.peak_tflops_per_device;
   double executed = 0;
   for (std::size_t i = 0; i < low.ranks.size(); ++i) executed += low.executed_flops[i] * low.ranks[i].weight;
@@ -674,6 +676,8 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["mfu"] = r.mfu;
   j["hfu"] = r.hfu;
+  j["mfu_by_definition"] = {{"moesim", {{"flops_per_token", r.model_flops_per_token}, {"mfu", r.mfu}}},
+                            {"megatron", {{"flops_per_token", r.megatron_flops_per_token}, {"mfu", r.mfu_megatron}}}};
   j["achieved_tflops_per_device"] = r.achieved_tflops_per_device;
   j["peak_tflops_per_device"] = r.peak_tflops_per_device;
   json stages = json::array();

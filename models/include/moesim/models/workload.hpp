@@ -212,4 +212,11 @@ struct WorkloadOptions {
 
 Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const WorkloadOptions& opt = {});
 
+/// Training FLOPs per token by Megatron-LM's `num_floating_point_operations` (megatron/training/
+/// training.py, 2025): 3 x (forward GEMM FLOPs) with causal attention counted as half of the s x s
+/// scores, every MTP module counted as one more decoder layer plus its own logits, the router and
+/// norms not counted. Megatron logs its TFLOP/s from this; MFU "by Megatron's formula" divides
+/// it by the same peak as moesim's own count.
+[[nodiscard]] double megatron_flops_per_token(const ModelSpec& m, double seq_len);
+
 }  // namespace moesim::models

@@ -99,6 +99,9 @@ struct Result {
   double model_flops_per_token = 0;
   double mfu = 0;
   double hfu = 0;
+  /// The same throughput under Megatron-LM's FLOP formula (models::megatron_flops_per_token).
+  double megatron_flops_per_token = 0;
+  double mfu_megatron = 0;
   double achieved_tflops_per_device = 0;
   double peak_tflops_per_device = 0;
   double peak_memory_bytes = 0;
