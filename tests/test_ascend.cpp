@@ -8,6 +8,7 @@
 #include "moesim/models/presets.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/topologies/collectives.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -190,4 +191,64 @@ TEST_CASE("flops: Megatron's formula, hand-derived for Llama 3 70B, agrees with 
   const Result r = simulate(load_scenario_file(kPangu, {})).result;
   CHECK(r.megatron_flops_per_token == Approx(r.model_flops_per_token).epsilon(0.01));
   CHECK(r.mfu_megatron == Approx(r.mfu * r.megatron_flops_per_token / r.model_flops_per_token));
+}
+
+TEST_CASE("collectives: HCCL's level0 / level1 algorithms can be forced, and the result names them", "[ascend][collectives]") {
+  using namespace moesim::topologies;
+  GroupShape g;  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
+  g.size = 32;
+  g.nodes = 4;
+  g.per_node = 8;
+  g.mesh = true;
+  g.intra_bytes_per_s = 40e9;
+  g.intra_latency_s = 2e-6;
+  g.inter_bytes_per_s = 20e9;
+  g.inter_latency_s = 5e-6;
+  const double n = 1e9;
+  // Auto: mesh inside, halving-doubling across (p = 4 is a power of two: one step fewer than ring).
+  const CollectiveCost a = collective_cost(Collective::AllReduce, n, g);
+  CHECK(a.level0 == Algorithm::Mesh);
+  CHECK(a.level1 == Algorithm::HalvingDoubling);
+  CHECK(describe_algorithm(a) == "hierarchical (level0 mesh, level1 halving-doubling)");
+  // HCCL_ALGO="level0:ring;level1:ring": each level as forced, hand-derived.
+  g.level0 = Algorithm::Ring;
+  g.level1 = Algorithm::Ring;
+  const CollectiveCost r = collective_cost(Collective::AllReduce, n, g);
+  const double intra_ring = 7 * 2e-6 + 7.0 / 8 * n / 40e9;
+  const double inter_ring = 3 * 5e-6 + 0.75 * (n / 8) / 20e9;
+  CHECK(r.time.value() == Approx(2 * intra_ring + 2 * inter_ring));
+  CHECK(describe_algorithm(r) == "hierarchical (level0 ring, level1 ring)");
+  CHECK(r.time.value() > a.time.value());
+  // One level: an 8-NPU TP group inside a server, ring forced.
+  GroupShape tp = g;
+  tp.size = 8;
+  tp.nodes = 1;
+  const CollectiveCost t = collective_cost(Collective::ReduceScatter, n, tp);
+  CHECK(t.algorithm == Algorithm::Ring);
+  CHECK(t.time.value() == Approx(intra_ring));
+}
+
+TEST_CASE("collectives: cluster.collective_algorithms reaches the simulation or is refused with the reason", "[ascend][collectives]") {
+  const Result base = simulate(load_scenario_file(kPangu, {})).result;
+  const Result ring = simulate(load_scenario_file(kPangu, {R"(cluster.collective_algorithms={"level0": "ring"})"})).result;
+  CHECK(ring.breakdown.tp_comm_s > base.breakdown.tp_comm_s);  // ring is slower than the mesh on 8 NPUs
+  bool named = false;
+  for (const auto& c : ring.collectives)
+    if (c.group == "tp") named = named || c.algorithm == "ring";
+  CHECK(named);
+  auto refused = [](const std::string& set) {
+    try {
+      (void)load_scenario_file(kPangu, {set});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(R"(cluster.collective_algorithms={"level1": "mesh"})").find("is a level-0 algorithm") != std::string::npos);
+  CHECK(refused(R"(cluster.collective_algorithms={"level1": "NHR"})").find("does not model") != std::string::npos);
+  CHECK(refused(R"(cluster.collective_algorithms={"level2": "ring"})").find("is not a level") != std::string::npos);
+  CHECK(refused(R"(cluster={"preset": "dgx-h100", "devices": 6144, "collective_algorithms": {"level0": "mesh"}})")
+            .find("needs a full-mesh scale-up") != std::string::npos);
+  // HCCL's own spellings.
+  CHECK(refused(R"(cluster.collective_algorithms={"level0": "fullmesh", "level1": "H-D_R"})").empty());
 }

@@ -32,6 +32,13 @@ const char* algorithm_name(Algorithm a) {
   return "?";
 }
 
+std::string describe_algorithm(const CollectiveCost& c) {
+  std::string s = algorithm_name(c.algorithm);
+  if (c.algorithm == Algorithm::Hierarchical && c.level0 != Algorithm::Auto)
+    s += std::string(" (level0 ") + algorithm_name(c.level0) + ", level1 " + algorithm_name(c.level1) + ")";
+  return s;
+}
+
 GroupShape analyze_group(const Topology& topo, std::span<const int> devices) {
   GroupShape g;
   g.size = static_cast<int>(devices.size());
@@ -43,6 +50,8 @@ GroupShape analyze_group(const Topology& topo, std::span<const int> devices) {
   g.per_node = 0;
   for (auto& [n, k] : per_node) g.per_node = std::max(g.per_node, k);
   g.mesh = spec.scale_up == ScaleUpKind::FullMesh;
+  g.level0 = spec.level0_algorithm;
+  g.level1 = spec.level1_algorithm;
   const int first = devices[0];
   // A member in the same server and one in another server, routed through the graph.
   for (int d : devices) {
@@ -103,6 +112,19 @@ double best_rs_ag_level(double n, int p, double b, double a, bool mesh, Algorith
     }
   }
   return best;
+}
+
+/// One level's time: the forced algorithm when there is one (and it applies), the fastest
+/// otherwise.
+double level_time(double n, int p, double b, double a, bool mesh, Algorithm forced, Algorithm* chosen) {
+  if (forced != Algorithm::Auto) {
+    const double t = rs_ag_level(n, p, b, a, mesh, forced);
+    if (std::isfinite(t)) {
+      if (chosen) *chosen = forced;
+      return t;
+    }
+  }
+  return best_rs_ag_level(n, p, b, a, mesh, chosen);
 }
 
 }  // namespace
@@ -174,7 +196,8 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     const bool mesh = intra_only && g.mesh;
     Algorithm chosen = algo;
     double t = 0;
-    if (algo == Algorithm::Auto || algo == Algorithm::Hierarchical) t = best_rs_ag_level(n, p, b, a, mesh, &chosen);
+    if (algo == Algorithm::Auto || algo == Algorithm::Hierarchical)
+      t = level_time(n, p, b, a, mesh, intra_only ? g.level0 : g.level1, &chosen);
     else t = rs_ag_level(n, p, b, a, mesh, algo);
     if (!std::isfinite(t)) t = rs_ag_level(n, p, b, a, mesh, chosen = Algorithm::Ring);
     c.time = Seconds{mult * t};
@@ -186,8 +209,8 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
 
   // Two levels: k members in each of m servers.
   Algorithm intra_alg = Algorithm::Ring, inter_alg = Algorithm::Ring;
-  const double intra_t = best_rs_ag_level(n, k, g.intra_bytes_per_s, g.intra_latency_s, g.mesh, &intra_alg);
-  const double inter_rs_ag = best_rs_ag_level(n / k, m, g.inter_bytes_per_s, g.inter_latency_s, false, &inter_alg);
+  const double intra_t = level_time(n, k, g.intra_bytes_per_s, g.intra_latency_s, g.mesh, g.level0, &intra_alg);
+  const double inter_rs_ag = level_time(n / k, m, g.inter_bytes_per_s, g.inter_latency_s, false, g.level1, &inter_alg);
   // Hierarchical: intra RS, inter RS/AR on 1/k of the buffer (each member on its own NIC), intra AG.
   double hier = 0;
   switch (kind) {
@@ -202,13 +225,17 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
               (static_cast<double>(p - 1) / p) * n / std::min(g.intra_bytes_per_s, g.inter_bytes_per_s));
   double t = hier;
   Algorithm chosen = Algorithm::Hierarchical;
-  if (algo == Algorithm::Ring || (algo == Algorithm::Auto && flat < hier)) {
+  // A forced level (HCCL_ALGO) means the two-level scheme; otherwise the faster of the two.
+  const bool levels_forced = g.level0 != Algorithm::Auto || g.level1 != Algorithm::Auto;
+  if (algo == Algorithm::Ring || (algo == Algorithm::Auto && !levels_forced && flat < hier)) {
     t = flat;
     chosen = Algorithm::Ring;
   }
   c.time = Seconds{t};
   c.algorithm = chosen;
   if (chosen == Algorithm::Hierarchical) {
+    c.level0 = intra_alg;
+    c.level1 = inter_alg;
     c.intra_bytes = mult * n * (k - 1) / k;
     c.inter_bytes = mult * (n / k) * (m - 1) / m;
   } else {

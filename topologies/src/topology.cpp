@@ -27,6 +27,51 @@ std::vector<std::string> cluster_preset_names() {
 
 namespace {
 
+/// cluster.collective_algorithms: {"level0": ..., "level1": ...}, HCCL_ALGO's levels under
+/// moesim's names or HCCL's (fullmesh, H-D, H-D_R); what moesim does not model is refused.
+void parse_collective_algorithms(ObjectReader& r, ClusterSpec& c, Diagnostics& diag) {
+  const nlohmann::json* v = r.get({"collective_algorithms"});
+  if (v == nullptr) return;
+  const std::string at = r.child_pointer("collective_algorithms");
+  if (!v->is_object()) {
+    diag.error(at, json_brief(*v), "must be an object {\"level0\": \"mesh\", \"level1\": \"halving-doubling\"}");
+    return;
+  }
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string ptr = at + "/" + it.key();
+    if (it.key() != "level0" && it.key() != "level1") {
+      diag.error(ptr, json_brief(it.value()), "is not a level: give level0 (inside a server) or level1 (between servers)");
+      continue;
+    }
+    const bool level0 = it.key() == "level0";
+    const std::string name = it.value().is_string() ? it.value().get<std::string>() : "";
+    Algorithm a = Algorithm::Auto;
+    if (name == "auto") a = Algorithm::Auto;
+    else if (name == "ring") a = Algorithm::Ring;
+    else if (name == "mesh" || name == "fullmesh") a = Algorithm::Mesh;
+    else if (name == "halving-doubling" || name == "H-D" || name == "H-D_R") a = Algorithm::HalvingDoubling;
+    else if (name == "NHR" || name == "NB" || name == "pipeline" || name == "pairwise" || name == "star") {
+      diag.error(ptr, json_brief(it.value()),
+                 "is an HCCL algorithm moesim does not model; give ring, halving-doubling" +
+                     std::string(level0 ? ", mesh" : "") + " or auto");
+      continue;
+    } else {
+      diag.error(ptr, json_brief(it.value()),
+                 std::string("must be auto, ring, halving-doubling (H-D)") + (level0 ? " or mesh (fullmesh)" : ""));
+      continue;
+    }
+    if (a == Algorithm::Mesh && !level0) {
+      diag.error(ptr, json_brief(it.value()), "is a level-0 algorithm: servers are not connected as a full mesh");
+      continue;
+    }
+    if (a == Algorithm::Mesh && c.scale_up != ScaleUpKind::FullMesh) {
+      diag.error(ptr, json_brief(it.value()), "needs a full-mesh scale-up (Atlas 800T A2's HCCS); this cluster's is switched");
+      continue;
+    }
+    (level0 ? c.level0_algorithm : c.level1_algorithm) = a;
+  }
+}
+
 std::optional<nlohmann::json> cluster_preset(std::string_view name) {
   for (const auto& f : embedded_cluster_presets())
     if (f.name == name) return nlohmann::json::parse(f.text);
@@ -119,6 +164,7 @@ ClusterSpec parse_cluster(const nlohmann::json& j, const std::string& pointer, D
                            "allocate whole ones. Set cluster.allow_partial_node: true if this is intended",
                            c.devices, c.devices / c.devices_per_node, c.devices_per_node,
                            c.devices % c.devices_per_node));
+  parse_collective_algorithms(r, c, diag);
   r.ignore({"source", "_source"});
   r.finish();
   return c;

@@ -102,13 +102,14 @@ const std::vector<int>& StageNetwork::others(GroupKind g, int local) {
 
 void StageNetwork::note(GroupKind g, Collective kind, const CollectiveCost& c, double bytes, int size, int count) {
   if (count <= 0) return;
-  const std::string key = std::string(group_name(g)) + "|" + topologies::collective_name(kind) + "|" +
-                          topologies::algorithm_name(c.algorithm) + "|" + std::to_string(static_cast<long long>(bytes));
+  const std::string algorithm = topologies::describe_algorithm(c);
+  const std::string key = std::string(group_name(g)) + "|" + topologies::collective_name(kind) + "|" + algorithm + "|" +
+                          std::to_string(static_cast<long long>(bytes));
   auto it = index_.find(key);
   if (it == index_.end()) {
     index_[key] = uses_.size();
-    uses_.push_back(CollectiveUse{group_name(g), topologies::collective_name(kind),
-                                  topologies::algorithm_name(c.algorithm), size, bytes, c.time.value(), count});
+    uses_.push_back(
+        CollectiveUse{group_name(g), topologies::collective_name(kind), algorithm, size, bytes, c.time.value(), count});
   } else {
     uses_[it->second].count_per_step += count;
   }

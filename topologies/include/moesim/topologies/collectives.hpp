@@ -22,27 +22,15 @@
 namespace moesim::topologies {
 
 enum class Collective : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll, SendRecv };
-/// HierarchicalAllToAll: aggregate each server's copies across servers (deduplicated), then
-/// exchange inside the server (Pangu). AllGatherAllToAll: MindSpeed's
-/// --moe-hierarchical-alltoallv — every token goes once to every other server of the group
-/// (all-gather between rail peers), then an all-to-all(v) inside the server picks each
-/// expert's copies; its cross-server volume does not depend on the routing.
-enum class Algorithm : std::uint8_t {
-  Auto,
-  Ring,
-  Mesh,
-  HalvingDoubling,
-  Hierarchical,
-  Pairwise,
-  HierarchicalAllToAll,
-  AllGatherAllToAll
-};
-
 const char* collective_name(Collective c);
 const char* algorithm_name(Algorithm a);
 
 /// How a group of ranks sits on the cluster, as seen by the collective models.
 struct GroupShape {
+  /// Per-level algorithms the cluster forces (ClusterSpec::level0_algorithm, level1_algorithm;
+  /// HCCL_ALGO's level0 / level1): Auto lets the model pick the fastest, as HCCL does.
+  Algorithm level0 = Algorithm::Auto;
+  Algorithm level1 = Algorithm::Auto;
   int size = 1;
   int nodes = 1;     ///< servers spanned
   int per_node = 1;  ///< members per server (the groups are regular)
@@ -64,7 +52,13 @@ struct CollectiveCost {
   Algorithm algorithm = Algorithm::Auto;
   double inter_bytes = 0;  ///< bytes each member sends across servers
   double intra_bytes = 0;  ///< bytes each member sends inside its server
+  /// Hierarchical reduce-scatter / all-gather / all-reduce: the algorithm of each level.
+  Algorithm level0 = Algorithm::Auto;
+  Algorithm level1 = Algorithm::Auto;
 };
+
+/// "ring", or "hierarchical (level0 mesh, level1 halving-doubling)" with the levels' algorithms.
+std::string describe_algorithm(const CollectiveCost& c);
 
 /// Cost of a collective. Algorithm::Auto picks the fastest applicable algorithm, as HCCL's and
 /// NCCL's selectors do. `dedup` (all-to-all only, 0..1] is the fraction of cross-server bytes

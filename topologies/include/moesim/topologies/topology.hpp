@@ -47,6 +47,22 @@ struct ClosSpec {
 };
 enum class FabricKind : std::uint8_t { RailOptimized, FatTree };
 
+/// Collective algorithms. HierarchicalAllToAll: aggregate each server's copies across servers
+/// (deduplicated), then exchange inside the server (Pangu). AllGatherAllToAll: MindSpeed's
+/// --moe-hierarchical-alltoallv — every token goes once to every other server of the group
+/// (all-gather between rail peers), then an all-to-all(v) inside the server picks each
+/// expert's copies; its cross-server volume does not depend on the routing.
+enum class Algorithm : std::uint8_t {
+  Auto,
+  Ring,
+  Mesh,
+  HalvingDoubling,
+  Hierarchical,
+  Pairwise,
+  HierarchicalAllToAll,
+  AllGatherAllToAll
+};
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -74,6 +90,11 @@ struct ClusterSpec {
   FabricKind fabric = FabricKind::RailOptimized;
   int nodes_per_leaf = 32;
   double oversubscription = 1.0;
+  /// The reduce-scatter / all-gather / all-reduce algorithm inside a server (level 0: ring,
+  /// mesh, halving-doubling) and between servers (level 1: ring, halving-doubling), as HCCL's
+  /// HCCL_ALGO="level0:...;level1:..." forces them; Auto: the fastest (HCCL's and NCCL's default).
+  Algorithm level0_algorithm = Algorithm::Auto;
+  Algorithm level1_algorithm = Algorithm::Auto;
 
   [[nodiscard]] int num_nodes() const { return (devices + devices_per_node - 1) / devices_per_node; }
   /// Achievable bandwidths (nominal x efficiency).
