@@ -252,3 +252,29 @@ TEST_CASE("collectives: cluster.collective_algorithms reaches the simulation or 
   // HCCL's own spellings.
   CHECK(refused(R"(cluster.collective_algorithms={"level0": "fullmesh", "level1": "H-D_R"})").empty());
 }
+
+TEST_CASE("operator speed: a factor per operator class, never past the hardware", "[ascend][device]") {
+  Diagnostics diag("t");
+  const auto base = models::load_device(nlohmann::json("ascend-910b2"), "/d", diag);
+  const auto fast = models::load_device(
+      nlohmann::json{{"preset", "ascend-910b2"},
+                     {"operator_speed", {{"gemm", 1.1}, {"attention_forward", 1.5}, {"attention_backward", 1.3}, {"vector", 0.5}}}},
+      "/d", diag);
+  REQUIRE(diag.ok());
+  CHECK(fast.gemm_peak_efficiency == Approx(1.1 * base.gemm_peak_efficiency));
+  CHECK(fast.attention_fwd_efficiency == Approx(1.5 * base.attention_fwd_efficiency));
+  CHECK(fast.attention_bwd_efficiency == Approx(1.3 * base.attention_bwd_efficiency));
+  // Vector kernels at half the HBM-bound rate: a 1 GB pass takes twice as long (plus the launch).
+  const models::ComputeModel b(base), f(fast);
+  const double o = base.kernel_overhead.value();
+  CHECK(f.memory_bound(Bytes{1e9}).value() - o == Approx(2 * (b.memory_bound(Bytes{1e9}).value() - o)));
+  // A large GEMM: 1.1x the efficiency is 1/1.1 of the compute time.
+  CHECK(f.gemm(8192, 8192, 8192, models::Precision::BF16).value() - o ==
+        Approx((b.gemm(8192, 8192, 8192, models::Precision::BF16).value() - o) / 1.1).epsilon(0.01));
+  // Past the hardware: vector 3x on top of kernels already at 0.8 of the HBM bandwidth.
+  Diagnostics bad("t.json");
+  (void)models::load_device(nlohmann::json{{"preset", "ascend-910b2"}, {"operator_speed", {{"vector", 3}}}}, "/cluster/device", bad);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.list().front().pointer == "/cluster/device/operator_speed/vector");
+  CHECK(bad.list().front().constraint.find("2.40x the HBM bandwidth") != std::string::npos);
+}

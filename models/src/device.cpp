@@ -78,6 +78,45 @@ void parse_gemm_benchmarks(const nlohmann::json& j, const std::string& ptr, Devi
   }
 }
 
+/// operator_speed: {"gemm", "attention_forward", "attention_backward", "vector"}, each a factor
+/// on the calibrated speed of that class of operators (a software stack's faster or slower
+/// kernels: Huawei's 2025 operators run FlashAttention 1.5x / 1.3x, MatMul 1.1x and vector
+/// operators 3x as fast as before, pangu.md D). A factor may not take a class past the hardware:
+/// GEMM and attention efficiencies stay at most 1, vector kernels at most the HBM bandwidth.
+void apply_operator_speed(const nlohmann::json& spec, const std::string& pointer, DeviceSpec& d, Diagnostics& diag) {
+  ObjectReader o(spec, pointer, diag);
+  if (!o.valid()) return;
+  const double g = o.number({"gemm"}, 1.0, 0.01, 100.0);
+  const double af = o.number({"attention_forward"}, 1.0, 0.01, 100.0);
+  const double ab = o.number({"attention_backward"}, 1.0, 0.01, 100.0);
+  const double v = o.number({"vector"}, 1.0, 0.01, 100.0);
+  o.finish();
+  auto scale = [&](double& eff, double f, const char* key, const char* what) {
+    if (eff * f > 1.0)
+      diag.error(pointer + "/" + key, fmt::format("{:g}", f),
+                 fmt::format("would take {} from {:.3g} to {:.3g} of the peak; a speed-up must leave it at most 1", what,
+                             eff, eff * f));
+    else
+      eff *= f;
+  };
+  scale(d.gemm_peak_efficiency, g, "gemm", "the GEMM efficiency");
+  if (d.gemm_fp8_efficiency > 0) scale(d.gemm_fp8_efficiency, g, "gemm", "the FP8 GEMM efficiency");
+  scale(d.attention_fwd_efficiency, af, "attention_forward", "the attention forward efficiency");
+  scale(d.attention_bwd_efficiency, ab, "attention_backward", "the attention backward efficiency");
+  if (d.attention_fa2_fwd_efficiency > 0) {
+    scale(d.attention_fa2_fwd_efficiency, af, "attention_forward", "the FlashAttention-2 forward efficiency");
+    scale(d.attention_fa2_bwd_efficiency, ab, "attention_backward", "the FlashAttention-2 backward efficiency");
+  }
+  if (d.hbm_efficiency * v > 1.0)
+    diag.error(pointer + "/vector", fmt::format("{:g}", v),
+               fmt::format("would stream vector kernels at {:.2f}x the HBM bandwidth (they run at hbm.efficiency "
+                           "{:g} of it); to express kernels that were slower than memory-bound before a speed-up, give "
+                           "the earlier state a vector speed below 1",
+                           d.hbm_efficiency * v, d.hbm_efficiency));
+  else
+    d.vector_speed = v;
+}
+
 /// "attention_benchmarks": [{"kernel": "flash", "direction": "forward", "causal": true,
 /// "head_dim": 128, "seq": [512, ...], "tflops": [315, ...]}, ...]. Needs the peaks.
 void parse_attention_benchmarks(const nlohmann::json& j, const std::string& ptr, DeviceSpec& d, Diagnostics& diag) {
@@ -330,6 +369,7 @@ DeviceSpec parse_device(const nlohmann::json& input, const std::string& pointer,
                  fmt::format("must be above static_watts ({:g}): nothing would be left to run the clock", d.static_power_w));
     w.finish();
   }
+  if (const auto* os = r.get({"operator_speed"})) apply_operator_speed(*os, r.child_pointer("operator_speed"), d, diag);
   r.ignore({"source", "_source"});
   r.finish();
   return d;
@@ -415,7 +455,7 @@ Seconds ComputeModel::attention(double bh, double sq, double skv, double d_qk, d
 
 Seconds ComputeModel::memory_bound(Bytes bytes) const {
   if (bytes.value() <= 0) return Seconds{0};
-  return bytes / (d_->hbm_bandwidth * d_->hbm_efficiency) + d_->kernel_overhead;
+  return bytes / (d_->hbm_bandwidth * (d_->hbm_efficiency * d_->vector_speed)) + d_->kernel_overhead;
 }
 
 }  // namespace moesim::models

@@ -89,6 +89,9 @@ struct DeviceSpec {
   Bytes hbm_capacity{0};
   BytesPerSecond hbm_bandwidth{0};
   double hbm_efficiency = 0.8;
+  /// Speed of the vector (memory-bound) kernels relative to the HBM-bound model (operator_speed
+  /// "vector"): below 1 for kernels that do not stream at the achievable bandwidth.
+  double vector_speed = 1.0;
   Seconds kernel_overhead{0};
   Bytes memory_reserved{0};
   BytesPerSecond host_bandwidth{0};
