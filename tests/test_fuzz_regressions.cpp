@@ -78,4 +78,6 @@ TEST_CASE("fuzz harnesses: inputs of the issue's table are answered, not crashed
   // Megatron arguments with absurd repetitions and values.
   REQUIRE_NOTHROW(moesim::fuzz::megatron_args("--tensor-model-parallel-size 99999999999999999999 --num-layers -1"));
   REQUIRE_NOTHROW(moesim::fuzz::megatron_args("--pipeline-model-parallel-layout (tt|)*999999999999"));
+  // A search journal whose header gives its moesim version as a number (found by fuzzing).
+  REQUIRE_NOTHROW(moesim::fuzz::resume("{\"moesim_search\":2,\"version\":2,\"fingerprint\":\"x\"}\n"));
 }

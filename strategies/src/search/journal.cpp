@@ -220,7 +220,9 @@ void SearchJournal::read(const std::string& path, bool is_partial, bool may_cut)
       if (!fmt_it->is_number_integer() || fmt_it->get<int>() != kFormat)
         refuse(path, 1, fmt::format("was written by an earlier moesim (results format {}, this one writes {}); {}",
                                     json_brief(*fmt_it), kFormat, advice));
-      const std::string version = j.value("version", std::string("?"));
+      const auto ver = j.find("version");
+      const std::string version =
+          ver == j.end() ? "?" : ver->is_string() ? ver->get<std::string>() : json_brief(*ver);
       if (version != kVersion)
         refuse(path, 1, fmt::format("holds results of moesim {} and this is moesim {}; {}", version, kVersion, advice));
       const auto fp = j.find("fingerprint");
