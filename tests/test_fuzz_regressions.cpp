@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "case_fields.hpp"
+#include "moesim/strategies/plan/plan.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -78,6 +81,19 @@ TEST_CASE("fuzz harnesses: inputs of the issue's table are answered, not crashed
   // Megatron arguments with absurd repetitions and values.
   REQUIRE_NOTHROW(moesim::fuzz::megatron_args("--tensor-model-parallel-size 99999999999999999999 --num-layers -1"));
   REQUIRE_NOTHROW(moesim::fuzz::megatron_args("--pipeline-model-parallel-layout (tt|)*999999999999"));
+  // Text the report shows must be text: a numeric description is an input error, not an internal one.
+  nlohmann::json doc = nlohmann::json::parse(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "devices": 8},
+      "training": {"seq_length": 4096, "global_batch_size": 8}, "description": 5})");
+  try {
+    (void)moesim::strategies::load_scenario(doc, "d.json", "");
+    FAIL("a numeric description loaded");
+  } catch (const moesim::ConfigError& e) {
+    CHECK(std::string(e.what()).find("d.json:/description: 5 must be a string") != std::string::npos);
+  }
+  // A validated case whose scenario describes its cluster in full has no preset to group by.
+  CHECK(moesim::tools::fields::cluster_preset(nlohmann::json{{"cluster", {{"devices", 8}}}}) == "custom");
+  CHECK(moesim::tools::fields::cluster_preset(nlohmann::json{{"cluster", "dgx-h100"}}) == "custom");
+  CHECK(moesim::tools::fields::cluster_preset(nlohmann::json{{"cluster", {{"preset", "dgx-h100"}}}}) == "dgx-h100");
   // A search journal whose header gives its moesim version as a number (found by fuzzing).
   REQUIRE_NOTHROW(moesim::fuzz::resume("{\"moesim_search\":2,\"version\":2,\"fingerprint\":\"x\"}\n"));
 }

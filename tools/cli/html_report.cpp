@@ -530,8 +530,8 @@ std::string section_summary(const strategies::Scenario& s, const strategies::Res
                                                   s.training.global_batch_size, human_count(r.tokens_per_step),
                                                   models::precision_name(s.training.precision))));
   h += kv_row("plan", "<code>" + html_escape(format_plan_line(s)) + "</code>");
-  if (!s.document.value("description", std::string()).empty())
-    h += kv_row("description", html_escape(s.document.value("description", std::string())));
+  if (const auto d = s.document.find("description"); d != s.document.end() && d->is_string() && !d->get<std::string>().empty())
+    h += kv_row("description", html_escape(d->get<std::string>()));
   h += "</table>\n<h3>Result of the scenario's plan</h3>\n<table class=\"kv\">\n";
   if (!r.feasible) h += kv_row("feasible", "<span class=\"warn\">no: " + html_escape(r.infeasible_reason) + "</span>");
   h += kv_row("step time", fmt::format("{:.3f} s", r.step_time_s));

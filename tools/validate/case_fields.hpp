@@ -38,6 +38,12 @@ inline const json& field(const json& j, const char* key) {
   return it == j.end() ? null_value : *it;
 }
 
+/// The cluster preset a case's scenario names ("custom" for a cluster it describes in full).
+inline std::string cluster_preset(const json& scenario) {
+  const std::string p = text_of(field(scenario, "cluster"), "preset");
+  return p.empty() ? "custom" : p;
+}
+
 inline std::optional<double> number_of(const json& j, const char* key) {
   if (!j.is_object()) return std::nullopt;
   auto it = j.find(key);

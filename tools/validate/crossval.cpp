@@ -1,5 +1,6 @@
 #include "crossval.hpp"
 
+#include "case_fields.hpp"
 #include "moesim/sim/progress.hpp"
 
 #include <algorithm>
@@ -173,9 +174,8 @@ std::vector<double> fit(const GroupGrid& grid, const std::vector<std::size_t>& m
 }
 
 std::string precision_of(const json& scenario) {
-  if (scenario.contains("training") && scenario["training"].is_object())
-    return scenario["training"].value("precision", "bf16");
-  return "bf16";
+  const std::string p = fields::text_of(fields::field(scenario, "training"), "precision");
+  return p.empty() ? "bf16" : p;
 }
 
 }  // namespace
@@ -195,7 +195,7 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
     CrossValidatedCase c;
     c.id = o->id;
     c.source = o->source.empty() ? "(no source)" : o->source;
-    c.cluster = o->scenario["cluster"].value("preset", "");
+    c.cluster = fields::cluster_preset(o->scenario);
     c.published_s = o->published_s;
     c.preset_s = o->predicted_s;
     c.preset_error_pct = o->error_pct;
@@ -203,7 +203,7 @@ CrossValidation cross_validate(const ValidationReport& base, const std::vector<F
     std::string device;  // the case's device preset (a cluster preset may name another machine's device)
     {
       Diagnostics d("cross-validation");
-      const auto spec = topologies::load_cluster(o->scenario["cluster"], "/cluster", d);
+      const auto spec = topologies::load_cluster(fields::field(o->scenario, "cluster"), "/cluster", d);
       if (d.ok()) device = spec.device.name;
     }
     for (std::size_t g = 0; g < groups.size(); ++g)

@@ -298,7 +298,7 @@ ValidationReport validate(const std::vector<CaseFile>& files, const ValidateOpti
     all.push_back(&c);
     (c.held_out ? held : fit).push_back(&c);
     cat[c.category].push_back(&c);
-    const std::string preset = c.scenario["cluster"]["preset"].get<std::string>();
+    const std::string preset = cluster_preset(c.scenario);
     dev[preset].push_back(&c);
   }
   rep.all = stats_of(all);
@@ -342,7 +342,7 @@ std::string to_markdown(const ValidationReport& r) {
     if (c.status != "ok") continue;
     const std::string dash = "—";
     o += fmt::format("| {}{} | {} | {} x {} | {} | {} | {} | {} | {:.1f}/{} | {} | {} |\n", c.id, c.held_out ? "" : "*",
-                     c.model, c.devices, c.scenario["cluster"]["preset"].get<std::string>(), c.plan,
+                     c.model, c.devices, cluster_preset(c.scenario), c.plan,
                      c.timed ? fmt::format("{:.3f}", c.published_s) : dash,
                      c.timed ? fmt::format("{:.3f}", c.predicted_s) : dash,
                      c.timed ? fmt::format("{:+.1f}%", c.error_pct) : dash, c.predicted_peak_gib,

@@ -740,6 +740,9 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   parse_reliability(root.get({"reliability"}), s, diag);
   root.has({"search"});        // read by parse_search_space when searching
   root.has({"model_search"});  // read by parse_model_search (architecture search)
+  for (const char* text : {"description", "name"})  // shown in reports: text, not any JSON
+    if (doc.contains(text) && !doc[text].is_string())
+      diag.error(std::string("/") + text, json_brief(doc[text]), "must be a string");
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
   check_device_support(s, diag);
