@@ -8,6 +8,7 @@
 #include "moesim/models/presets.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/search/search.hpp"
 #include "moesim/topologies/collectives.hpp"
 
 using namespace moesim;
@@ -277,4 +278,108 @@ TEST_CASE("operator speed: a factor per operator class, never past the hardware"
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.list().front().pointer == "/cluster/device/operator_speed/vector");
   CHECK(bad.list().front().constraint.find("2.40x the HBM bandwidth") != std::string::npos);
+}
+
+TEST_CASE("adaptive pipe overlap: the hierarchical all-to-all's cross-server phase, hand-derived", "[ascend][apo][collectives]") {
+  using namespace moesim::topologies;
+  GroupShape g;  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
+  g.size = 32;
+  g.nodes = 4;
+  g.per_node = 8;
+  g.mesh = true;
+  g.intra_bytes_per_s = 40e9;
+  g.intra_latency_s = 2e-6;
+  g.inter_bytes_per_s = 20e9;
+  g.inter_latency_s = 5e-6;
+  const double n = 128e6, dedup = 0.6;
+  const CollectiveCost h = collective_cost(Collective::AllToAll, n, g, Algorithm::HierarchicalAllToAll, dedup);
+  // Phase 1: the bytes bound for the 3 other servers, (p - k) / p of the buffer, deduplicated,
+  // over the NIC, one latency per other server. Phase 2: (k - 1) / k of the buffer over the mesh.
+  const double t1 = 3 * 5e-6 + n * 24.0 / 32.0 * dedup / 20e9;
+  const double t2 = 7 * 2e-6 + n * 7.0 / 8.0 / (40e9 * 7);
+  CHECK(h.cross_phase.value() == Approx(t1));
+  CHECK(h.time.value() == Approx(t1 + t2));
+  // The per-pair form with equal volumes has the same phases.
+  std::vector<std::vector<double>> m(32, std::vector<double>(32, n / 32));
+  std::vector<int> node(32);
+  for (int i = 0; i < 32; ++i) node[i] = i / 8;
+  const CollectiveCost v = alltoallv_cost(m, node, g, Algorithm::HierarchicalAllToAll, dedup);
+  CHECK(v.cross_phase.value() == Approx(t1));
+  // A one-phase (pairwise) all-to-all has no cross-server phase of its own.
+  CHECK(collective_cost(Collective::AllToAll, n, g, Algorithm::Pairwise).cross_phase.value() == 0.0);
+}
+
+TEST_CASE("adaptive pipe overlap: a named option that implies its parts and refuses contradictions", "[ascend][apo][plan]") {
+  const Scenario s = load_args("", {{"adaptive_pipe_overlap", true}});
+  CHECK(s.plan.adaptive_pipe_overlap);
+  CHECK(s.plan.alltoall == AllToAllAlgo::Hierarchical);  // implied
+  CHECK(s.plan.fb_overlap);                               // implied
+  auto p = problems("", {{"adaptive_pipe_overlap", true}, {"moe_alltoall", "flat"}});
+  CHECK(any_contains(p, "/parallelism/moe_alltoall: \"flat\" contradicts adaptive_pipe_overlap"));
+  p = problems("", {{"adaptive_pipe_overlap", true}, {"moe_fb_overlap", false}});
+  CHECK(any_contains(p, "/parallelism/moe_fb_overlap: false contradicts adaptive_pipe_overlap"));
+  // Nothing to overlap on a dense model.
+  nlohmann::json dense = {{"model", "llama3-70b"},
+                          {"cluster", {{"preset", "atlas-800t-a2"}, {"devices", 64}}},
+                          {"training", {{"seq_length", 4096}, {"global_batch_size", 64}}},
+                          {"parallelism", {{"tensor_model_parallel_size", 8}, {"adaptive_pipe_overlap", true}}}};
+  try {
+    (void)load_scenario(dense, "d.json", "");
+    FAIL("a dense model with adaptive_pipe_overlap loaded");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("/parallelism/adaptive_pipe_overlap") &&
+                             Catch::Contains("needs an MoE model with expert parallelism above 1"));
+  }
+}
+
+TEST_CASE("adaptive pipe overlap: the phases overlap each other and the other micro-batch, at a staging cost",
+          "[ascend][apo][simulate]") {
+  // The 718B's published plan with a hierarchical all-to-all and forward-backward overlap,
+  // without and with the phases split; uniform routing (no skew), port sharing off so each
+  // transfer keeps its own duration.
+  const std::vector<std::string> base = {"parallelism.moe_fb_overlap=true", "simulation.port_sharing=false"};
+  auto with = [&](bool apo) {
+    auto sets = base;
+    sets.push_back(std::string("parallelism.adaptive_pipe_overlap=") + (apo ? "true" : "false"));
+    return simulate(load_scenario_file(kPangu, sets));
+  };
+  const Simulation off = with(false), on = with(true);
+  const Result& a = off.result;
+  const Result& b = on.result;
+  // The same operators; the all-to-all's bytes unchanged (one record per collective).
+  CHECK(b.breakdown.compute_s == Approx(a.breakdown.compute_s).epsilon(1e-9));
+  REQUIRE(b.collectives.size() == a.collectives.size());
+  // Less of the expert all-to-all exposed, a faster step, the breakdown still adding up. (Balanced
+  // routing gains little: a quarter of the passes are warm-up forwards and cool-down backwards
+  // with no other micro-batch beside them, and the pipelined phases save ~15% of each all-to-all.)
+  CHECK(b.breakdown.ep_comm_s < a.breakdown.ep_comm_s);
+  CHECK(b.step_time_s < a.step_time_s);
+  CHECK(b.breakdown.total() == Approx(b.step_time_s).epsilon(1e-6));
+  // Each expert all-to-all is two chunks x two phases: tasks on the in-server stream exist only
+  // with the option.
+  auto intra_tasks = [](const Simulation& s) {
+    std::size_t n = 0;
+    const auto& r = s.lowered.ranks.front();
+    n += s.lowered.graph.stream_order(r.streams[static_cast<int>(Stream::EpIntra)]).size();
+    return n;
+  };
+  CHECK(intra_tasks(off) == 0);
+  CHECK(intra_tasks(on) > 0);
+  // Staging: both micro-batches of a pair hold what the dispatch's cross-server phase received:
+  // 2 x (8 copies x 7680 x 2 B x 1024 tokens) x 24/32 leaving the server x the deduplication.
+  const double dispatch = 8.0 * 7680 * 2 * 1024;
+  const double staged = 2.0 * dispatch * 24.0 / 32.0 * alltoall_dedup_ratio(256, 8, 4);
+  const int stage = 2;  // only MoE layers: their buffers set the stage's transient
+  CHECK(on.lowered.stages[stage].memory.transient_bytes - off.lowered.stages[stage].memory.transient_bytes ==
+        Approx(staged).epsilon(1e-9));
+}
+
+TEST_CASE("adaptive pipe overlap: a search axis, and a plan key the ranked plans give back", "[ascend][apo][search]") {
+  const Scenario s = load_args("", {{"adaptive_pipe_overlap", true}});
+  CHECK(plan_key(s.plan, "sel").find("-apo") != std::string::npos);
+  const nlohmann::json j = plan_to_json(s.plan, s.model);
+  CHECK(j.at("adaptive_pipe_overlap") == true);
+  nlohmann::json doc = pangu_with_args("");
+  doc["parallelism"] = j;
+  CHECK(load_scenario(doc, "r.json", "").plan.adaptive_pipe_overlap);
 }

@@ -53,10 +53,18 @@ std::string format_plan_line(const strategies::Scenario& s) {
   plan += fmt::format(" DP{}", p.dp);
   std::string extras = recompute_name(p.recompute);
   if (p.distributed_optimizer) extras += ", distributed optimizer";
-  if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) extras += ", hierarchical all-to-all";
-  if (s.model.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather)
+  // Only what the plan does: a two-phase all-to-all needs an expert group across servers, TP
+  // overlap a TP group, the MoE overlaps more than one expert-parallel rank.
+  const bool moe_ep = s.model.is_moe() && p.ep_size() > 1;
+  const bool ep_spans = moe_ep && 1LL * p.ep_size() * p.etp_size() > s.cluster.devices_per_node;
+  if (p.adaptive_pipe_overlap && ep_spans)
+    extras += ", Adaptive Pipe Overlap (hierarchical all-to-all, phases overlapped, fb-overlap)";
+  else if (ep_spans && p.alltoall == strategies::AllToAllAlgo::Hierarchical) extras += ", hierarchical all-to-all";
+  if (ep_spans && p.alltoall == strategies::AllToAllAlgo::AllGather)
     extras += ", all-gather + intra-server all-to-all (MindSpeed)";
-  if (p.tp_comm_overlap) extras += ", TP comm overlapped with GEMMs";
+  if (moe_ep && p.fb_overlap && !p.adaptive_pipe_overlap) extras += ", forward-backward overlap";
+  if (moe_ep && p.shared_expert_overlap) extras += ", shared expert overlapped";
+  if (p.tp_comm_overlap && p.tp > 1) extras += ", TP comm overlapped with GEMMs";
   if (!s.software.name.empty()) extras += ", software " + s.software.name;
   if (p.overlap_grad_reduce) extras += ", overlapped DP";
   if (p.swap_activations > 0) extras += fmt::format(", {:.0f}% of activations swapped to host", 100 * p.swap_activations);
@@ -197,6 +205,7 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
   if (p.tp_comm_overlap) t += " tp-ovl";
   if (m.is_moe() && p.fb_overlap) t += " fb-ovl";
   if (m.is_moe() && p.shared_expert_overlap) t += " se-ovl";
+  if (m.is_moe() && p.adaptive_pipe_overlap) t += " apo";
   if (p.cp > 1 && p.cp_all_gather) t += " cp-ag";
   if (p.swap_activations > 0) t += fmt::format(" swap{:.0f}%", 100 * p.swap_activations);
   if (p.swap_optimizer) t += " swap-opt";

@@ -152,6 +152,7 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     // All-gather variant: every token (n x dedup bytes) to each of the m - 1 other servers,
     // which is the hierarchical scheme with m x dedup of the cross-server bytes left.
     const double cross = algo == Algorithm::AllGatherAllToAll ? std::min(1.0, m * dedup) : dedup;
+    double t_cross = 0;
     auto hierarchical = [&]() {
       if (m <= 1 || k <= 1) return kInf;
       // Phase 1: to the same-index rank of every other server, one copy per token and server.
@@ -160,6 +161,7 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
       // Phase 2: inside the server, deliver what arrived plus the local share to its owners.
       const double intra2 = n * (k - 1) / k;
       const double t2 = (k - 1) * g.intra_latency_s + intra2 / intra_capacity;
+      t_cross = t1;
       return t1 + t2;
     };
     double t = kInf;
@@ -183,6 +185,7 @@ CollectiveCost collective_cost(Collective kind, double bytes, const GroupShape& 
     c.algorithm = chosen;
     const bool two_phase = chosen == Algorithm::HierarchicalAllToAll || chosen == Algorithm::AllGatherAllToAll;
     c.inter_bytes = two_phase ? inter * cross : inter;
+    if (two_phase) c.cross_phase = Seconds{t_cross};
     c.intra_bytes = two_phase ? n * (k - 1) / k : intra;
     return c;
   }
@@ -295,6 +298,7 @@ CollectiveCost alltoallv_cost(const std::vector<std::vector<double>>& bytes, con
     const double t1 = (m - 1) * g.inter_latency_s + phase1 / g.inter_bytes_per_s;
     const double t2 = (k - 1) * g.intra_latency_s + max_of(rx_phase2) / intra_capacity;
     t = t1 + t2;
+    c.cross_phase = Seconds{t1};
     c.algorithm = gather ? Algorithm::AllGatherAllToAll : Algorithm::HierarchicalAllToAll;
     c.inter_bytes = gather ? phase1 : max_of(tx_out) * dedup;
     c.intra_bytes = max_of(rx_phase2);

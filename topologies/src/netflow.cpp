@@ -174,7 +174,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
   std::vector<double> out_inter(p, 0), out_intra(p, 0);
   const bool gather = algo == Algorithm::AllGatherAllToAll;
   const bool hier = (algo == Algorithm::HierarchicalAllToAll || gather) && m > 1 && k > 1;
-  Tick end = 0;
+  Tick end = 0, cross_end = 0;
   if (!hier) {
     Phase ph;
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
@@ -251,6 +251,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
             out_intra[r] += b;
           }
         if (gi == 0) end = std::max(end, release);
+        if (gi == 0) cross_end = std::max(cross_end, release);
       }
     }
     for (const auto& [grp, t] : two.run(flows_, recomputations_, bytes_, shared_links_)) end = std::max(end, t);
@@ -258,6 +259,7 @@ CollectiveCost FlowCollectives::alltoallv(const std::vector<std::vector<double>>
     c.algorithm = algo;
   }
   c.time = to_seconds(end);
+  c.cross_phase = to_seconds(cross_end);
   c.inter_bytes = *std::max_element(out_inter.begin(), out_inter.end());
   c.intra_bytes = *std::max_element(out_intra.begin(), out_intra.end());
   return c;

@@ -26,6 +26,7 @@ LayerSpec LayerSpec::of(const Plan& p, const Layout& lay) {
   s.tp_comm_overlap = p.tp_comm_overlap;
   s.cp_all_gather = p.cp_all_gather;
   s.shared_expert_overlap = p.shared_expert_overlap;
+  s.adaptive_pipe_overlap = p.adaptive_pipe_overlap;
   s.recompute_modules = p.recompute == Recompute::Selective ? p.recompute_modules : 0u;
   s.op_checkpoint = p.recompute == Recompute::SelectiveOp;
   s.alltoall = p.alltoall;
@@ -202,23 +203,7 @@ void LayerBuilder::emit_forward_comm(const Op& op, const std::string& label, Pro
                              label, cnt));
       break;
     case Comm::EpDispatch:
-    case Comm::EpCombine: {
-      const bool dispatch = op.comm == Comm::EpDispatch;
-      const double bytes = op.bytes_per_token * tok_.Tseq;
-      const double dedup =
-          alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
-      if (spec_.etp > 1 && !dispatch)  // combine: reduce-scatter over ETP before the all-to-all
-        b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
-                             label + ".etp", cnt));
-      b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, label, cnt, dedup));
-      tag(b, b.chain, dispatch ? Role::ToExperts : Role::FromExperts, &op);
-      if (dispatch && b.chain >= 0 && current_moe_layer_ >= 0)
-        b.p.steps[static_cast<std::size_t>(b.chain)].host_sync = ctx_.dispatch_syncs_host;
-      if (spec_.etp > 1 && dispatch)
-        b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
-                             label + ".etp", cnt));
-      break;
-    }
+    case Comm::EpCombine: emit_ep(b, op, label, cnt, op.comm == Comm::EpDispatch); break;
     case Comm::None: break;
   }
 }
@@ -303,26 +288,87 @@ void LayerBuilder::emit_backward_comm(const Op& op, const std::string& bl, Progr
         emit_tp(b, Collective::AllGather, op.bytes_per_token * tok_.Tc, bl, count, true);
       break;
     case Comm::TpReduceSmall: break;
-    case Comm::EpDispatch:
-    case Comm::EpCombine: {
-      const bool grad_of_dispatch = op.comm == Comm::EpDispatch;  // flows back like a combine
-      const double bytes = op.bytes_per_token * tok_.Tseq;
-      const double dedup =
-          alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
-      if (spec_.etp > 1 && grad_of_dispatch)
-        b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
-                             bl + ".etp", count));
-      b.chained(collective(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, bl, count, dedup));
-      tag(b, b.chain, grad_of_dispatch ? Role::FromExperts : Role::ToExperts, &op);
-      if (!grad_of_dispatch && b.chain >= 0 && current_moe_layer_ >= 0)
-        b.p.steps[static_cast<std::size_t>(b.chain)].host_sync = ctx_.dispatch_syncs_host;
-      if (spec_.etp > 1 && !grad_of_dispatch)
-        b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
-                             bl + ".etp", count));
-      break;
-    }
+    case Comm::EpDispatch:  // the gradient of a dispatch flows back like a combine
+    case Comm::EpCombine: emit_ep(b, op, bl, count, op.comm == Comm::EpCombine); break;
     case Comm::None: break;
   }
+}
+
+// The expert all-to-all, toward the experts (the dispatch, the combine's gradient) or back
+// from them, with the expert-tensor-parallel gather / reduce-scatter around it. Under Adaptive
+// Pipe Overlap a two-phase (hierarchical) all-to-all becomes kApoChunks chunks whose phases
+// run on two streams: toward the experts the cross-server aggregation (Ep) then the in-server
+// exchange (EpIntra), back the reverse; chunk c's second phase overlaps chunk c+1's first,
+// and in a forward-backward pair one micro-batch's phases overlap the other's.
+void LayerBuilder::emit_ep(ProgramBuilder& b, const Op& op, const std::string& label, int cnt, bool toward) {
+  const double bytes = op.bytes_per_token * tok_.Tseq;
+  const double dedup = alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
+  if (spec_.etp > 1 && !toward)  // back: reduce-scatter over ETP before the all-to-all
+    b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
+                         label + ".etp", cnt));
+  // Under Adaptive Pipe Overlap a weight gradient computed just before does not hold the
+  // all-to-all back: it runs beside it and the step after the all-to-all waits for it (the
+  // B / W split DualPipe and zero-bubble schedules make, here inside one backward).
+  const int deferred = spec_.adaptive_pipe_overlap ? b.pending : -1;
+  if (deferred >= 0) b.pending = -1;
+  topologies::CollectiveCost cost;
+  Step a2a = net_.step(GroupKind::Ep, Collective::AllToAll, bytes, kEpComm, Stream::Ep, labels_.label(label), cnt,
+                       dedup, &cost);
+  const bool moe = current_moe_layer_ >= 0;
+  const Role role = toward ? Role::ToExperts : Role::FromExperts;
+  const Tick cross = to_ticks(cost.cross_phase);
+  if (spec_.adaptive_pipe_overlap && cross > 0 && cross < a2a.duration) {
+    const Tick total = a2a.duration;
+    const Tick first = toward ? cross : total - cross;  // the phase that runs first
+    const Stream s1 = toward ? Stream::Ep : Stream::EpIntra, s2 = toward ? Stream::EpIntra : Stream::Ep;
+    const sim::LabelId l1 = labels_.label(label + (toward ? ".cross" : ".intra"));
+    const sim::LabelId l2 = labels_.label(label + (toward ? ".intra" : ".cross"));
+    const int input = b.chain, input_pending = b.pending;
+    int prev_second = -1, first_step = -1;
+    auto piece = [&](Tick d, Stream st, sim::LabelId l) {
+      Step x = a2a;
+      x.duration = d;
+      x.stream = st;
+      x.label = l;
+      x.part = static_cast<float>(static_cast<double>(d) / static_cast<double>(total));  // may sum past 1
+      return x;
+    };
+    // Every chunk pays its phase's latency; the bytes divide among the chunks.
+    const topologies::GroupShape& sh = net_.shape(GroupKind::Ep);
+    const Tick lat_cross = to_ticks(Seconds{(sh.nodes - 1) * sh.inter_latency_s});
+    const Tick lat_intra = to_ticks(Seconds{(sh.per_node - 1) * sh.intra_latency_s});
+    const Tick lat1 = std::min(first, toward ? lat_cross : lat_intra);
+    const Tick lat2 = std::min(total - first, toward ? lat_intra : lat_cross);
+    auto chunk = [](Tick phase, Tick lat, int c) {
+      const Tick bw = phase - lat;
+      return lat + bw * (c + 1) / kApoChunks - bw * c / kApoChunks;
+    };
+    for (int c = 0; c < kApoChunks; ++c) {
+      const Tick d1 = chunk(first, lat1, c);
+      const Tick d2 = chunk(total - first, lat2, c);
+      const int i1 = b.add(piece(d1, s1, l1), input, c == 0 ? input_pending : -1);
+      if (c == 0) first_step = i1;
+      prev_second = b.add(piece(d2, s2, l2), i1, prev_second);
+      if (moe) {
+        tag(b, i1, role, &op);
+        tag(b, prev_second, role, &op);
+      }
+    }
+    if (toward && moe) b.p.steps[static_cast<std::size_t>(first_step)].host_sync = ctx_.dispatch_syncs_host;
+    b.pending = -1;
+    b.prev_chain = input;
+    b.chain = prev_second;
+  } else if (a2a.duration > 0) {
+    const int i = b.chained(a2a);
+    if (moe) {
+      tag(b, i, role, &op);
+      if (toward) b.p.steps[static_cast<std::size_t>(i)].host_sync = ctx_.dispatch_syncs_host;
+    }
+  }
+  if (spec_.etp > 1 && toward)  // toward: all-gather over ETP after the all-to-all
+    b.chained(collective(GroupKind::Etp, Collective::AllGather, bytes * spec_.etp, kEpComm, Stream::Ep,
+                         label + ".etp", cnt));
+  b.join(deferred);
 }
 
 void LayerBuilder::emit_tp(ProgramBuilder& b, Collective kind, double bytes, const std::string& label, int count,
@@ -699,6 +745,20 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
           1.0});
     buffer(ip.act_bytes_full, nullptr, "the layer's activations, rebuilt whole by full recompute in backward");
   }
+  // Adaptive Pipe Overlap: the all-to-alls of both micro-batches of a forward-backward pair are
+  // in flight at once, each holding what its cross-server phase received until the in-server
+  // phase forwards it (the largest: the dispatch's token copies), beside the operators' buffers.
+  const topologies::GroupShape& ep = net_.shape(GroupKind::Ep);
+  if (spec_.adaptive_pipe_overlap && ep.nodes > 1 && ep.per_node > 1)
+    for (const Op& op : prog.ops)
+      if (op.kind == OpKind::Comm && op.comm == Comm::EpDispatch) {
+        const double dedup = alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, ep.nodes);
+        const double staged = 2.0 * op.bytes_per_token * tok_.Tseq * (ep.size - ep.per_node) / ep.size * dedup;
+        ip.transient += staged;
+        if (detail)
+          detail->transient_op += " (+ " + std::to_string(static_cast<long long>(staged / (1 << 20))) +
+                                  " MiB: Adaptive Pipe Overlap's cross-server staging, two micro-batches)";
+      }
 }
 
 ItemProgram LayerBuilder::memory(const models::PipelineItem& item, bool full_recompute, int uniform_group,

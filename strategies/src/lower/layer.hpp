@@ -21,6 +21,11 @@
 
 namespace moesim::strategies::lowering {
 
+/// Adaptive Pipe Overlap's chunks per all-to-all: the fewest that let one phase of a chunk run
+/// beside the other phase of the next (Huawei does not publish its chunk count; each chunk
+/// adds two collective launches and their latency).
+inline constexpr int kApoChunks = 2;
+
 /// Everything of the plan that a layer's programs depend on.
 struct LayerSpec {
   int tp = 1, cp = 1, ep = 1, etp = 1, mbs = 1;
@@ -28,6 +33,9 @@ struct LayerSpec {
   bool tp_comm_overlap = false;
   bool cp_all_gather = false;  ///< context parallelism by all-gather (Plan::cp_all_gather), else the ring
   bool shared_expert_overlap = false;
+  /// Huawei's Adaptive Pipe Overlap: a hierarchical all-to-all in chunks whose cross-server
+  /// and in-server phases run on their own streams (Plan::adaptive_pipe_overlap).
+  bool adaptive_pipe_overlap = false;
   std::uint32_t recompute_modules = 0;  ///< selective recomputation's modules (0: none, or full recomputation)
   bool op_checkpoint = false;           ///< operator-level selective checkpointing (Recompute::SelectiveOp)
   AllToAllAlgo alltoall = AllToAllAlgo::Flat;
@@ -112,6 +120,8 @@ class LayerBuilder {
   void emit_backward_gemm(const models::Op& op, const std::string& label, ProgramBuilder& b, ItemProgram& ip,
                           int count);
   void emit_backward_comm(const models::Op& op, const std::string& label, ProgramBuilder& b, int count);
+  /// The expert all-to-all toward the experts or back from them (see layer.cpp).
+  void emit_ep(ProgramBuilder& b, const models::Op& op, const std::string& label, int count, bool toward);
   /// A tensor-parallel collective; with `tp_comm_overlap` it runs beside the neighbouring GEMM.
   void emit_tp(ProgramBuilder& b, topologies::Collective kind, double bytes, const std::string& label, int count,
                bool before_gemm);

@@ -40,6 +40,7 @@ const char* stream_name(Stream s) {
     case Stream::Launch: return "launch";
     case Stream::HostIn: return "host_in";
     case Stream::DpReduce: return "dp_reduce";
+    case Stream::EpIntra: return "ep_intra";
   }
   return "?";
 }

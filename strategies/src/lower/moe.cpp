@@ -225,8 +225,8 @@ Tick MoeRouting::routed_duration(const Step& st, int mb, int local) {
   const int ep_rank = (local / lay_.etp) % lay_.ep;
   const int group = local / (lay_.etp * lay_.ep);
   const Draw& d = draw(st.moe_layer, mb, group);
-  if (st.role == Role::ToExperts) return d.to_experts;
-  if (st.role == Role::FromExperts) return d.from_experts;
+  if (st.role == Role::ToExperts) return st.part < 1.0f ? scale_ticks(d.to_experts, st.part) : d.to_experts;
+  if (st.role == Role::FromExperts) return st.part < 1.0f ? scale_ticks(d.from_experts, st.part) : d.from_experts;
   const Op& op = *st.op;
   const std::vector<double>& m = d.copies[static_cast<std::size_t>(ep_rank)];
   double rows = 0;

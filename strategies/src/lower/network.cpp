@@ -49,7 +49,7 @@ Algorithm StageNetwork::a2a_algorithm() const {
 }
 
 Step StageNetwork::step(GroupKind g, Collective kind, double bytes, sim::Category cat, Stream stream, sim::LabelId label,
-                        int count, double dedup) {
+                        int count, double dedup, topologies::CollectiveCost* cost) {
   const topologies::GroupShape& sh = shape(g);
   Step st;
   st.cat = cat;
@@ -67,6 +67,7 @@ Step StageNetwork::step(GroupKind g, Collective kind, double bytes, sim::Categor
   if (kind == Collective::AllToAll && model_.needs_devices()) where.others = others(g, 0);
   const CollectiveCost c = model_.collective(kind, bytes, where, algo, dedup);
   st.duration = to_ticks(c.time);
+  if (cost != nullptr) *cost = c;
   note(g, kind, c, bytes, sh.size, count);
   return st;
 }

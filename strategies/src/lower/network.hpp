@@ -34,9 +34,10 @@ class StageNetwork {
   [[nodiscard]] const topologies::Topology& topology() const { return topo_; }
 
   /// A collective on the current stage's group `g` as a program step (duration 0 for a group
-  /// of one or no bytes); recorded `count` times per step in the uses when count > 0.
+  /// of one or no bytes); recorded `count` times per step in the uses when count > 0. `cost`
+  /// (may be null) receives the collective's cost (its phases).
   Step step(GroupKind g, topologies::Collective kind, double bytes, sim::Category cat, Stream stream, sim::LabelId label,
-            int count, double dedup = 1.0);
+            int count, double dedup = 1.0, topologies::CollectiveCost* cost = nullptr);
   /// All-to-all with per-pair volumes on expert-parallel group `group` of the current stage.
   topologies::CollectiveCost ep_alltoallv(const std::vector<std::vector<double>>& bytes, int group,
                                           topologies::Algorithm algo, double dedup);

@@ -73,6 +73,9 @@ struct Step {
   /// backward's (the combine's gradient), which Megatron issues with the forward's sizes: see
   /// docs/NOTES.md, "Dropless MoE", for why it stays.
   bool host_sync = false;
+  /// A routing-dependent step that is one piece of a collective (a chunk's phase under Adaptive
+  /// Pipe Overlap): its share of the whole collective's duration, applied to the routed one.
+  float part = 1.0f;
 };
 
 struct Program {

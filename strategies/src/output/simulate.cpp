@@ -343,8 +343,8 @@ void slow_overlapped_compute(Simulation& out, const Scenario& s, const CancelFla
 /// overlapping transfer counts as full demand (a latency-bound one too). Each collective's own duration already shares links inside its group and with
 /// the same collective of the other groups (the flow model); this adds the rest.
 void share_ports(Simulation& out, const Scenario& s, const CancelFlag* cancel) {
-  static constexpr std::array<Stream, 6> kComm{Stream::Tp, Stream::Cp, Stream::Ep,
-                                               Stream::Pp, Stream::Dp, Stream::DpReduce};
+  static constexpr std::array<Stream, 7> kComm{Stream::Tp, Stream::Cp, Stream::Ep,      Stream::Pp,
+                                               Stream::Dp, Stream::DpReduce, Stream::EpIntra};
   sim::TaskGraph& g = out.lowered.graph;
   std::vector<Tick> base(g.num_tasks());
   for (sim::TaskId t = 0; t < g.num_tasks(); ++t) base[t] = g.duration(t);

@@ -220,10 +220,25 @@ void parse_parallelism(const nlohmann::json& j, const std::string& ptr, Plan& p,
   parse_sizes(r, p);
   parse_switches(r, p, diag);
   parse_recompute(r, p, diag);
-  const std::string a2a = r.string({"moe_alltoall"}, "flat", {"flat", "hierarchical", "allgather"});
+  // Adaptive Pipe Overlap is a hierarchical all-to-all with forward-backward overlap: it sets
+  // both unless the scenario says otherwise, which is a contradiction.
+  p.adaptive_pipe_overlap = r.boolean({"adaptive_pipe_overlap"}, false);
+  const bool a2a_given = r.has({"moe_alltoall"});
+  const std::string a2a = r.string({"moe_alltoall"}, p.adaptive_pipe_overlap ? "hierarchical" : "flat",
+                                   {"flat", "hierarchical", "allgather"});
   p.alltoall = a2a == "hierarchical" ? AllToAllAlgo::Hierarchical
                : a2a == "allgather"  ? AllToAllAlgo::AllGather
                                      : AllToAllAlgo::Flat;
+  if (p.adaptive_pipe_overlap) {
+    if (a2a_given && p.alltoall != AllToAllAlgo::Hierarchical)
+      diag.error(r.child_pointer("moe_alltoall"), "\"" + a2a + "\"",
+                 "contradicts adaptive_pipe_overlap, which overlaps the two phases of the hierarchical all-to-all");
+    if (r.has({"moe_fb_overlap", "fb_overlap"}) && !p.fb_overlap)
+      diag.error(r.child_pointer(r.found_key({"moe_fb_overlap", "fb_overlap"})), "false",
+                 "contradicts adaptive_pipe_overlap, which overlaps each micro-batch's all-to-all with the compute of "
+                 "the next (forward-backward overlap)");
+    p.fb_overlap = true;
+  }
   const auto sched = r.opt_string({"pipeline_schedule"}, schedule_names());
   parse_layer_partition(r, p, diag);
   // A micro-batch size given in the training section is the same Megatron argument.
@@ -746,6 +761,9 @@ Scenario load_scenario(const nlohmann::json& doc, const std::string& file, const
   root.ignore({"description", "name", "_comment", "_source"});
   root.finish();
   check_device_support(s, diag);
+  if (s.plan.adaptive_pipe_overlap && (!s.model.is_moe() || s.plan.ep_size() <= 1))
+    diag.error("/parallelism/adaptive_pipe_overlap", "true",
+               "needs an MoE model with expert parallelism above 1: it overlaps the expert all-to-all");
   // FlashAttention-2: the device's measured FA2 efficiencies replace its best kernel's.
   if (s.training.flash2) {
     auto& d = s.cluster.device;

@@ -37,7 +37,7 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
      << (p.etp > 0 ? p.etp : 0) << "-cp" << p.cp << "-mbs" << p.mbs << "-" << recompute_name
      << (p.distributed_optimizer ? "-dopt" : "") << (p.alltoall == AllToAllAlgo::Hierarchical ? "-ha2a" : p.alltoall == AllToAllAlgo::AllGather ? "-aga2a" : "")
      << (p.tp_comm_overlap ? "-tpov" : "") << (p.overlap_grad_reduce ? "-dpov" : "") << (p.fb_overlap ? "-fbov" : "")
-     << (p.shared_expert_overlap ? "-seov" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "")
+     << (p.shared_expert_overlap ? "-seov" : "") << (p.adaptive_pipe_overlap ? "-apo" : "") << (p.cp > 1 && p.cp_all_gather ? "-cpag" : "")
      << (p.swap_activations > 0 ? fmt::format("-swap{:g}", p.swap_activations) : std::string())
      << (p.swap_optimizer ? "-swapopt" : "") << (p.offload_weights ? "-offw" : "");
   if (!schedule_traits(p.schedule).automatic) os << "-" << schedule_name(p.schedule);
@@ -61,6 +61,7 @@ nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
     if (p.alltoall != AllToAllAlgo::Flat) j["moe_alltoall"] = alltoall_name(p.alltoall);
     if (p.fb_overlap) j["moe_fb_overlap"] = true;
     if (p.shared_expert_overlap) j["moe_shared_expert_overlap"] = true;
+    if (p.adaptive_pipe_overlap) j["adaptive_pipe_overlap"] = true;
   }
   if (p.cp > 1) j["context_parallel_size"] = p.cp;
   if (p.cp > 1 && p.cp_all_gather) j["cp_comm_type"] = "all_gather";

@@ -14,7 +14,8 @@ double SearchSpace::size() const {
   for (std::size_t k : {tp.size(), pp.size(), vpp.size(), ep.size(), etp.size(), cp.size(), mbs.size(),
                         tp_extend_ep.size(), distributed_optimizer.size(), tp_comm_overlap.size(), overlap_dp.size(),
                         alltoall.size(), recompute.size(), schedule.size(), fb_overlap.size(),
-                        shared_expert_overlap.size(), swap_activations.size(), swap_optimizer.size()})
+                        shared_expert_overlap.size(), swap_activations.size(), swap_optimizer.size(),
+                        adaptive_pipe_overlap.size()})
     n *= static_cast<double>(k);
   return n;
 }
@@ -34,6 +35,7 @@ nlohmann::json SearchSpace::to_json() const {
   j["overlap_dp"] = overlap_dp;
   j["moe_fb_overlap"] = fb_overlap;
   j["moe_shared_expert_overlap"] = shared_expert_overlap;
+  j["adaptive_pipe_overlap"] = adaptive_pipe_overlap;
   if (swap_auto) {
     j["swap_activations"] = "auto";
     j["swap_optimizer"] = "auto";
@@ -188,6 +190,8 @@ void parse_parallel_axes(const SearchSection& sec, const Scenario& s, SearchSpac
   sp.shared_expert_overlap =
       sec.bool_axis({"moe_shared_expert_overlap"},
                     moe && s.model.num_shared_experts > 0 ? std::vector<bool>{false, true} : std::vector<bool>{false});
+  sp.adaptive_pipe_overlap =
+      sec.bool_axis({"adaptive_pipe_overlap"}, moe ? std::vector<bool>{false, true} : std::vector<bool>{false});
   // Swapping to host memory (MindSpeed's --swap-attention and --swap-optimizer): by default, on a
   // device with a host link, "auto" — a plan over memory gets the least swapping that fits
   // (activations in quarters, then the optimizer states), its host copies charged by the
@@ -368,6 +372,7 @@ void check_space_size(const SearchSpace& sp, Diagnostics& diag) {
                                                                         sp.alltoall.size() * sp.distributed_optimizer.size() *
                                                                         sp.overlap_dp.size() * sp.fb_overlap.size() *
                                                                         sp.shared_expert_overlap.size() *
+                                                                        sp.adaptive_pipe_overlap.size() *
                                                                         sp.swap_activations.size() * sp.swap_optimizer.size()
        << "), more than max_plans=" << sp.max_plans
        << "; narrow the largest axes in the scenario's \"search\" section or with --set search.<axis>=[...]";
@@ -411,7 +416,7 @@ PlanEnumerator::PlanEnumerator(const Scenario& base, const SearchSpace& space)
                space.distributed_optimizer.size(), space.alltoall.size(),
                space.tp_comm_overlap.size(), space.overlap_dp.size(),
                space.schedule.size(), space.fb_overlap.size(), space.shared_expert_overlap.size(),
-               space.swap_activations.size(), space.swap_optimizer.size()},
+               space.swap_activations.size(), space.swap_optimizer.size(), space.adaptive_pipe_overlap.size()},
       plain_etp1_(std::find(space.etp.begin(), space.etp.end(), 1) != space.etp.end() &&
                   std::find(space.tp_extend_ep.begin(), space.tp_extend_ep.end(), false) != space.tp_extend_ep.end()) {}
 
@@ -422,7 +427,7 @@ bool PlanEnumerator::has_plain_twin(int ep_size) const {
 bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name) const {
   const Scenario& base = *base_;
   const SearchSpace& space = *space_;
-  std::array<std::size_t, 18> d{};
+  std::array<std::size_t, 19> d{};
   for (std::size_t k = radices_.size(); k-- > 0;) {
     d[k] = index % radices_[k];
     index /= radices_[k];
@@ -473,6 +478,10 @@ bool PlanEnumerator::make_plan(std::size_t index, Plan& p, std::string& rc_name)
   p.shared_expert_overlap = space.shared_expert_overlap[d[15]];
   p.swap_activations = space.swap_activations[d[16]];
   p.swap_optimizer = space.swap_optimizer[d[17]];
+  // Adaptive Pipe Overlap is a hierarchical all-to-all with forward-backward overlap: "true"
+  // only on plans that have both (the others would repeat a plan of the other axes).
+  p.adaptive_pipe_overlap = space.adaptive_pipe_overlap[d[18]];
+  if (p.adaptive_pipe_overlap && (p.alltoall != AllToAllAlgo::Hierarchical || !p.fb_overlap)) return false;
   // Nothing to overlap on one expert-parallel rank. Forward-backward overlap pairs a backward
   // with the next forward of another micro-batch, as 1F1B's steady state issues them:
   // DualPipe(V) already pairs them (the same plan), and the zero-bubble orders put a weight

@@ -32,7 +32,7 @@ class PlanEnumerator {
 
   const Scenario* base_;
   const SearchSpace* space_;
-  std::array<std::size_t, 18> radices_{};
+  std::array<std::size_t, 19> radices_{};
   bool plain_etp1_ = false;
 };
 

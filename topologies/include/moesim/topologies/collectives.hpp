@@ -55,6 +55,9 @@ struct CollectiveCost {
   /// Hierarchical reduce-scatter / all-gather / all-reduce: the algorithm of each level.
   Algorithm level0 = Algorithm::Auto;
   Algorithm level1 = Algorithm::Auto;
+  /// Two-phase all-to-all (hierarchical, all-gather): when its cross-server phase ends, from
+  /// the start (latency included); the in-server phase takes the rest of `time`. 0 otherwise.
+  Seconds cross_phase{0};
 };
 
 /// "ring", or "hierarchical (level0 mesh, level1 halving-doubling)" with the levels' algorithms.

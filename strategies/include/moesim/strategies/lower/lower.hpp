@@ -38,8 +38,10 @@ const std::vector<std::string>& category_names();
 /// Launch: the host thread that issues kernels (host dispatch).
 /// DpReduce: gradient reduce-scatters of fully sharded data parallelism, on a stream of their own
 /// beside the parameter all-gathers (FSDP2 and Megatron-FSDP use separate streams for the two).
-enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch, HostIn, DpReduce };
-inline constexpr int kNumStreams = 10;
+/// EpIntra: the in-server phase of a hierarchical all-to-all under Adaptive Pipe Overlap (its
+/// cross-server phase stays on Ep), so the two phases of different chunks and micro-batches overlap.
+enum class Stream : std::uint8_t { Compute, Tp, Cp, Ep, Pp, Dp, Host, Launch, HostIn, DpReduce, EpIntra };
+inline constexpr int kNumStreams = 11;
 const char* stream_name(Stream s);
 
 struct SimRank {

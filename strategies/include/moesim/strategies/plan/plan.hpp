@@ -130,6 +130,10 @@ struct Plan {
   /// Megatron --moe-shared-expert-overlap / MindSpeed --moe-alltoall-overlap-comm: the shared
   /// expert computes while the routed tokens travel (forward and backward).
   bool shared_expert_overlap = false;
+  /// Huawei's Adaptive Pipe Overlap (Pangu Ultra MoE): the hierarchical expert all-to-all in
+  /// chunks whose cross-server and in-server phases run on separate streams, overlapping each
+  /// other and, with forward-backward overlap (implied), the other micro-batch's compute.
+  bool adaptive_pipe_overlap = false;
   /// Share of every chunk's saved activations swapped to host memory between its forward and
   /// backward (MindSpeed --swap-attention / Pangu's fine-grained swap), over the device-host link.
   double swap_activations = 0;

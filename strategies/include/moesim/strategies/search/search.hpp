@@ -44,6 +44,9 @@ struct SearchSpace {
   /// MoE: forward-backward overlap (MindSpeed --moe-fb-overlap) and shared-expert overlap
   /// (models with shared experts); both values by default.
   std::vector<bool> fb_overlap{false}, shared_expert_overlap{false};
+  /// Adaptive Pipe Overlap (Huawei's; a hierarchical all-to-all with forward-backward overlap):
+  /// both values by default for MoE models; "true" applies to plans that have both.
+  std::vector<bool> adaptive_pipe_overlap{false};
   /// Swapping to host memory (activations: the share of each chunk's saved bytes; optimizer
   /// states): the scenario's own values unless the section lists others.
   std::vector<double> swap_activations{0};
