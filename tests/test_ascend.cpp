@@ -383,3 +383,26 @@ TEST_CASE("adaptive pipe overlap: a search axis, and a plan key the ranked plans
   doc["parallelism"] = j;
   CHECK(load_scenario(doc, "r.json", "").plan.adaptive_pipe_overlap);
 }
+
+TEST_CASE("mfu definitions: the Huawei-style count is executed FLOPs plus the masked half of attention", "[ascend][flops]") {
+  Diagnostics diag("t");
+  const models::ModelSpec llama = models::load_model(nlohmann::json("llama3-70b"), "/model", diag, "");
+  REQUIRE(diag.ok());
+  // Llama 3 70B at 8K: the masked half of each layer's scores and values, 67,108,864
+  // multiply-accumulates per token (as many as the causal half), x 2 FLOPs x 3 passes x 80 layers.
+  const models::Workload w = models::build_workload(llama, 8192);
+  CHECK(w.masked_attention_flops_per_token == Approx(6.0 * 80 * 67108864.0).epsilon(1e-12));
+  // The 718B with selective recomputation: executed (HFU's numerator) + the masked half, and the
+  // headline follows simulation.mfu_definition (every definition is always reported).
+  const Result r = simulate(load_scenario_file(kPangu, {"simulation.mfu_definition=huawei"})).result;
+  const double executed_per_token = r.hfu * r.peak_tflops_per_device * 1e12 * 6144 / r.tokens_per_s;
+  const models::Workload w718 = models::build_workload(load_scenario_file(kPangu, {}).model, 4096);
+  CHECK(r.huawei_flops_per_token == Approx(executed_per_token + w718.masked_attention_flops_per_token).epsilon(1e-9));
+  CHECK(r.huawei_flops_per_token > r.model_flops_per_token);
+  CHECK(r.mfu_huawei == Approx(r.mfu * r.huawei_flops_per_token / r.model_flops_per_token));
+  CHECK(r.mfu_definition == MfuDefinition::Huawei);
+  CHECK(r.mfu_chosen() == r.mfu_huawei);
+  CHECK(r.mfu_chosen() != r.mfu);
+  CHECK_THROWS_WITH(load_scenario_file(kPangu, {"simulation.mfu_definition=palm"}),
+                    Catch::Contains("/simulation/mfu_definition") && Catch::Contains("huawei"));
+}

@@ -507,6 +507,13 @@ Workload build_workload(const ModelSpec& m, std::int64_t seq_len, const Workload
   for (const PipelineItem& it : w.items) {
     const Program& p = w.programs[it.program];
     fwd += p.forward_model_flops_per_token(w.seq_len);
+    for (const Op& op : p.ops)
+      if (op.kind == OpKind::Attention && op.causal && op.model_flops) {
+        Op full = op;
+        full.causal = false;
+        w.masked_attention_flops_per_token +=
+            3.0 * (full.forward_model_flops_per_token(w.seq_len) - op.forward_model_flops_per_token(w.seq_len));
+      }
     params += p.params();
     for (const Op& op : p.ops) {
       if (op.kind == OpKind::Gemm) active += op.k * op.n * op.tokens_factor;

@@ -89,8 +89,22 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   o += "\n";
   o += fmt::format("  {:<22}{}tokens/s ({:.1f} per device)\n", "throughput", human(r.tokens_per_s),
                    r.tokens_per_s_per_device);
-  o += fmt::format("  {:<22}{:.1f}% / {:.1f}%   (Megatron's FLOP formula: {:.1f}% MFU)\n", "MFU / HFU", 100 * r.mfu,
-                   100 * r.hfu, 100 * r.mfu_megatron);
+  // The headline MFU under the scenario's definition, the other two beside it.
+  {
+    using strategies::MfuDefinition;
+    const MfuDefinition d = r.mfu_definition;
+    std::string others;
+    auto other = [&](MfuDefinition k, const char* name, double v) {
+      if (k != d) others += fmt::format("{}{}: {:.1f}%", others.empty() ? "" : ", ", name, 100 * v);
+    };
+    other(MfuDefinition::Moesim, "model FLOPs", r.mfu);
+    other(MfuDefinition::Megatron, "Megatron's formula", r.mfu_megatron);
+    other(MfuDefinition::Huawei, "Huawei-style", r.mfu_huawei);
+    const char* label = d == MfuDefinition::Megatron ? "MFU (Megatron) / HFU"
+                        : d == MfuDefinition::Huawei ? "MFU (Huawei) / HFU"
+                                                     : "MFU / HFU";
+    o += fmt::format("  {:<22}{:.1f}% / {:.1f}%   ({} MFU)\n", label, 100 * r.mfu_chosen(), 100 * r.hfu, others);
+  }
   o += fmt::format("  {:<22}{:.1f} TFLOP/s per device (peak {:.1f})\n", "model FLOP rate", r.achieved_tflops_per_device,
                    r.peak_tflops_per_device);
   o += fmt::format("  {:<22}{:.1f} of {:.1f} GiB per device{}\n", "peak memory", gib(r.peak_memory_bytes),

@@ -11,6 +11,15 @@
 
 namespace moesim::strategies {
 
+const char* mfu_definition_name(MfuDefinition d) {
+  switch (d) {
+    case MfuDefinition::Moesim: return "moesim";
+    case MfuDefinition::Megatron: return "megatron";
+    case MfuDefinition::Huawei: return "huawei";
+  }
+  return "?";
+}
+
 const char* alltoall_name(AllToAllAlgo a) {
   switch (a) {
     case AllToAllAlgo::Flat: return "flat";
@@ -594,6 +603,10 @@ void parse_simulation(ObjectReader& root, Scenario& s, Diagnostics& diag) {
         r.string({"network"}, "flow", {"flow", "analytical"}) == "analytical" ? NetworkModel::Analytical : NetworkModel::Flow;
     s.simulation.comm_compute_slowdown = r.number({"comm_compute_slowdown"}, 0.0, 0.0, 10.0);
     s.simulation.port_sharing = r.boolean({"port_sharing"}, true);
+    const std::string mfu = r.string({"mfu_definition"}, "moesim", {"moesim", "megatron", "huawei"});
+    s.simulation.mfu_definition = mfu == "megatron" ? MfuDefinition::Megatron
+                                  : mfu == "huawei" ? MfuDefinition::Huawei
+                                                    : MfuDefinition::Moesim;
     s.simulation.max_memory_bytes = r.opt_quantity({"max_memory"}, Dimension::Bytes, 1.0).value_or(0.0);
     if (const auto* st = r.get({"stragglers"})) parse_stragglers(*st, s, diag);
     if (const auto* hd = r.get({"host_dispatch"})) {

@@ -180,6 +180,9 @@ struct Workload {
   std::vector<PipelineItem> items;  ///< model order: embedding, layers, head, MTP modules
   double seq_len = 0;
   double model_flops_per_token = 0;  ///< forward x 3 (MFU numerator per token)
+  /// What counting causal attention over every key would add to model_flops_per_token (forward
+  /// x 3): the masked half of the score matrix, which a full-mask count includes.
+  double masked_attention_flops_per_token = 0;
   double params_total = 0;
   double params_active_per_token = 0;  ///< parameters a token touches (MoE: top-k + shared experts)
 };

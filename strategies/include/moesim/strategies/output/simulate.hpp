@@ -102,6 +102,19 @@ struct Result {
   /// The same throughput under Megatron-LM's FLOP formula (models::megatron_flops_per_token).
   double megatron_flops_per_token = 0;
   double mfu_megatron = 0;
+  /// "Huawei-style": the FLOPs the devices execute per token (recomputation included, as HFU)
+  /// plus the masked half of causal attention (Workload::masked_attention_flops_per_token).
+  /// Huawei does not state its count; this is the largest one its published arithmetic admits
+  /// without inventing work (docs/NOTES.md, "MFU definitions").
+  double huawei_flops_per_token = 0;
+  double mfu_huawei = 0;
+  /// The scenario's simulation.mfu_definition and the MFU under it.
+  MfuDefinition mfu_definition = MfuDefinition::Moesim;
+  [[nodiscard]] double mfu_chosen() const {
+    return mfu_definition == MfuDefinition::Megatron ? mfu_megatron
+           : mfu_definition == MfuDefinition::Huawei ? mfu_huawei
+                                                     : mfu;
+  }
   double achieved_tflops_per_device = 0;
   double peak_tflops_per_device = 0;
   double peak_memory_bytes = 0;

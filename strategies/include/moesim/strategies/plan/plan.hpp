@@ -221,8 +221,17 @@ struct Stragglers {
   }
 };
 
+/// Which FLOP count the headline MFU uses (`simulation.mfu_definition`); every result carries all.
+enum class MfuDefinition : std::uint8_t {
+  Moesim,    ///< model FLOPs: 6 x active parameters' matmuls + causal attention (no recompute)
+  Megatron,  ///< Megatron-LM's num_floating_point_operations (models::megatron_flops_per_token)
+  Huawei,    ///< executed FLOPs (recomputation included) with attention counted over every key
+};
+const char* mfu_definition_name(MfuDefinition d);
+
 struct SimulationOptions {
   Fidelity fidelity = Fidelity::Balanced;
+  MfuDefinition mfu_definition = MfuDefinition::Moesim;
   NetworkModel network = NetworkModel::Flow;
   /// Host dispatch (the framework's per-kernel cost on the host thread; 0: not modelled):
   /// kernels shorter than their launch leave the device waiting (host-bound).
