@@ -72,10 +72,16 @@ int main(int argc, char** argv) {
       std::printf("| %s | from %s | %+.1f%% | %+.1f%% | %+.1f |\n", name.c_str(), since.c_str(), h, g, g - h);
     }
     for (const auto& [name, pub] : published.items())
+      if (pub.is_object() && pub.contains("tokens_per_npu") && results.count(name) > 0) {
+        const double t = results.at(name).tokens_per_s_per_device, h = pub["tokens_per_npu"].get<double>();
+        std::printf("\nPublished throughput for %s's configuration: %.0f tokens/s per NPU; moesim %.0f (%+.1f%%)\n",
+                    name.c_str(), h, t, 100.0 * (t / h - 1.0));
+      }
+    for (const auto& [name, pub] : published.items())
       if (pub.is_object() && pub.contains("mfu_pct") && results.count(name) > 0) {
         const Result& r = results.at(name);
         std::printf("\nPublished level at %s: %.0f%% MFU; moesim %.1f%% (model FLOPs, %.0f GFLOP/token), %.1f%% "
-                    "(Megatron's formula, %.0f), %.1f%% (Huawei-style: executed FLOPs with full-mask attention, %.0f)\n",
+                    "(Megatron's formula, %.0f), %.1f%% (Huawei-style: model FLOPs with full-mask attention, %.0f)\n",
                     name.c_str(), pub["mfu_pct"].get<double>(), 100 * r.mfu, r.model_flops_per_token / 1e9,
                     100 * r.mfu_megatron, r.megatron_flops_per_token / 1e9, 100 * r.mfu_huawei,
                     r.huawei_flops_per_token / 1e9);

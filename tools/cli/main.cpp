@@ -157,11 +157,15 @@ int cmd_simulate(const std::string& path, const std::vector<std::string>& sets, 
     throw_if_cancelled(&g_interrupt);
     out.commit();
   }
+  progress.progress.begin("finding the critical path", 0);
+  const strategies::CriticalPath critical = strategies::summarize_critical_path(sim);
   progress.done();
   if (format == "json") {
-    std::cout << strategies::to_json(sim.result, s, !no_wall_time).dump(2) << "\n";
+    nlohmann::json j = strategies::to_json(sim.result, s, !no_wall_time);
+    j["critical_path"] = strategies::to_json(critical);
+    std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << tools::format_result_table(sim.result, s, !no_wall_time);
+    std::cout << tools::format_result_table(sim.result, s, !no_wall_time, &critical);
     if (sim.result.memory_detail)
       std::cout << strategies::format_memory_detail(*sim.result.memory_detail, sim.result.capacity_bytes);
   }

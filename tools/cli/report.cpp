@@ -80,7 +80,8 @@ std::string format_plan_line(const strategies::Scenario& s) {
       s.training.global_batch_size, models::precision_name(s.training.precision), extras);
 }
 
-std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time) {
+std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time,
+                                const strategies::CriticalPath* critical) {
   std::string o;
   o += fmt::format("moesim {}: {}\n\n", strategies::kVersion, format_plan_line(s));
   o += fmt::format("  {:<22}{:.3f} s", "step time", r.step_time_s);
@@ -165,6 +166,8 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   if (s.simulation.launch_overhead > 0) row("host-bound (kernel launch)", b.host_bound_s);
   row("optimizer and other", b.other_s);
 
+  if (critical != nullptr)
+    o += fmt::format("\n  the step is gated by: {}\n", strategies::describe_critical_path(*critical));
   o += "\n  pipeline stages\n";
   o += fmt::format("    {:>5} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "stage", "layers", "mem GiB", "act GiB", "compute",
                    "bubble", "chunks");

@@ -14,7 +14,9 @@ namespace moesim::tools {
 /// One line naming model, cluster and plan: "pangu-ultra-moe-718b on 6144 x ascend-910b2 ...".
 std::string format_plan_line(const strategies::Scenario& s);
 /// The result table printed by `moesim simulate`.
-std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time);
+/// `critical` (may be null): the step's critical path, as "the step is gated by" under the breakdown.
+std::string format_result_table(const strategies::Result& r, const strategies::Scenario& s, bool wall_time,
+                                const strategies::CriticalPath* critical = nullptr);
 /// The ranking printed by `moesim search`.
 std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
                                 bool wall_time);

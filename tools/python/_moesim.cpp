@@ -483,6 +483,7 @@ py::object py_simulate(py::handle scenario, py::handle overrides, py::handle fid
     const st::Scenario s = load(in);
     const st::Simulation sim = st::simulate(s, cancel, memory_detail);
     r.result = st::to_json(sim.result, s, wall_time);
+    r.result["critical_path"] = st::to_json(st::summarize_critical_path(sim));
     r.feasible = sim.result.feasible;
     r.reason = sim.result.infeasible_reason;
     if (trace) r.columns = trace_columns(sim);

@@ -529,8 +529,7 @@ Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memor
   double executed = 0;
   for (std::size_t i = 0; i < low.ranks.size(); ++i) executed += low.executed_flops[i] * low.ranks[i].weight;
   r.hfu = step > 0 ? executed / step / (devices * peak) : 0;
-  r.huawei_flops_per_token =
-      (r.tokens_per_step > 0 ? executed / r.tokens_per_step : 0.0) + w.masked_attention_flops_per_token;
+  r.huawei_flops_per_token = r.model_flops_per_token + w.masked_attention_flops_per_token;
   r.mfu_huawei = r.huawei_flops_per_token * r.tokens_per_s / (devices * peak);
   r.mfu_definition = s.simulation.mfu_definition;
 
@@ -687,7 +686,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
       {"huawei",
        {{"flops_per_token", r.huawei_flops_per_token},
         {"mfu", r.mfu_huawei},
-        {"assumption", "executed FLOPs (recomputation included) with causal attention counted over every key"}}}};
+        {"assumption", "model FLOPs with causal attention counted over every key (the full score matrix)"}}}};
   j["achieved_tflops_per_device"] = r.achieved_tflops_per_device;
   j["peak_tflops_per_device"] = r.peak_tflops_per_device;
   json stages = json::array();

@@ -133,6 +133,10 @@ def simulate(scenario, overrides=None, fidelity=None, trace=False, *, raise_infe
     memory_detail: also return ``result["memory"]["detail"]`` (like ``--memory-detail``): every
         activation term per operator of the largest stage, with what recomputation drops and
         the source of each size, and the static parts (weights, gradients, optimizer, ...).
+    The result also holds ``critical_path``: the chain of tasks that set the step time, summed
+    by category (``by_category_s``: ``{"compute": s, "ep_comm": s, ...}``) and by the pipeline
+    stage whose device ran them (``by_stage``, largest first), as ``moesim simulate`` prints
+    "the step is gated by: ...".
     progress: called as ``progress(phase, done, total)`` from the calling thread while the
         simulation runs (every 50 ms when something changed): ``phase`` names the work
         (``"building the task graph"``, ``"simulating 622080 tasks"``, ...), ``done`` of

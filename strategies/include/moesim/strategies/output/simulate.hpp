@@ -102,10 +102,11 @@ struct Result {
   /// The same throughput under Megatron-LM's FLOP formula (models::megatron_flops_per_token).
   double megatron_flops_per_token = 0;
   double mfu_megatron = 0;
-  /// "Huawei-style": the FLOPs the devices execute per token (recomputation included, as HFU)
-  /// plus the masked half of causal attention (Workload::masked_attention_flops_per_token).
-  /// Huawei does not state its count; this is the largest one its published arithmetic admits
-  /// without inventing work (docs/NOTES.md, "MFU definitions").
+  /// "Huawei-style": model FLOPs plus the masked half of causal attention
+  /// (Workload::masked_attention_flops_per_token), i.e. attention counted over the full score
+  /// matrix. Huawei does not state its count; its two published points (18.9% at 149 tokens/s
+  /// per NPU, 30.0% at 238) are proportional, so it counts no recomputation (docs/NOTES.md,
+  /// "MFU definitions").
   double huawei_flops_per_token = 0;
   double mfu_huawei = 0;
   /// The scenario's simulation.mfu_definition and the MFU under it.
@@ -152,6 +153,23 @@ struct Simulation {
   Lowered lowered;
   sim::RunResult run;
 };
+
+/// The chain of tasks that set the step time (sim::critical_path), summed by what they do and by
+/// the pipeline stage whose device ran them: what "the step is gated by".
+struct CriticalPath {
+  double step_s = 0;  ///< the step time the path spans
+  std::vector<std::pair<std::string, double>> by_category;  ///< "compute", "ep_comm", ...: seconds, largest first
+  std::vector<std::pair<int, double>> by_stage;             ///< stage: seconds of its tasks, largest first
+  double unattributed_s = 0;  ///< step time no task of the path covers (0 when the chain is gapless)
+  std::size_t tasks = 0;
+};
+
+/// The critical path of a simulation, summarized. O(tasks log tasks); computed on request (the
+/// CLI's simulate and report), not by searches.
+CriticalPath summarize_critical_path(const Simulation& sim);
+nlohmann::json to_json(const CriticalPath& c);
+/// "compute 71% (stage 15: 38% of the step), expert all-to-all 14%, ..." (shares of the step).
+std::string describe_critical_path(const CriticalPath& c);
 
 /// Throws InternalError when a result is unsound: a time or part negative or not finite, parts
 /// that do not add up to the step (overall and per stage), memory negative or not finite.

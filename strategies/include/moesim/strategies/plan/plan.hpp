@@ -225,7 +225,7 @@ struct Stragglers {
 enum class MfuDefinition : std::uint8_t {
   Moesim,    ///< model FLOPs: 6 x active parameters' matmuls + causal attention (no recompute)
   Megatron,  ///< Megatron-LM's num_floating_point_operations (models::megatron_flops_per_token)
-  Huawei,    ///< executed FLOPs (recomputation included) with attention counted over every key
+  Huawei,    ///< model FLOPs with causal attention counted over every key (the full score matrix)
 };
 const char* mfu_definition_name(MfuDefinition d);
 
