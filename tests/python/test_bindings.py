@@ -127,6 +127,30 @@ def test_presets_list_the_cli_presets(cli, root):
             assert "  " + name + "\n" in out
     assert "pangu-ultra-moe-718b" in p["models"]
     assert "atlas-800t-a2" in p["clusters"]
+    assert moesim.presets("devices") == {"devices": p["devices"]}
+
+
+def test_a_preset_reads_as_the_cli_prints_it(cli, root):
+    d = moesim.presets("devices", "ascend-910b2")
+    assert d == json.loads(run_cli(cli, root, "presets", "devices", "ascend-910b2", "--format", "json").stdout)
+    values = {v["key"]: v for v in d["values"]}
+    assert values["peak_flops.bf16"]["value"] == "353.8TFLOPS"
+    assert values["peak_flops.bf16"]["source"].startswith("[S2] hardware.md")
+    assert values["gemm_peak_efficiency"]["unit"] == "fraction of nominal"
+    # Every value of the file is listed, with its source where the file gives one.
+    assert all(v["source"] for v in d["values"] if isinstance(d["preset"].get(v["key"].split(".")[0]), dict))
+    # Llama 3 70B by hand: embedding and head 2 x 128,256 x 8,192; per layer Q and O 8,192^2 each,
+    # K and V 8,192 x 1,024 each, MLP 3 x 8,192 x 28,672, two norms; a final norm.
+    m = moesim.presets("models", "llama3-70b")["derived"]
+    layer = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    assert m["parameters_total"] == pytest.approx(2 * 128256 * 8192 + 80 * layer + 8192, rel=1e-9)
+    assert m["layers"] == 80 and m["moe_layers"] == 0
+    c = moesim.presets("clusters", "atlas-800t-a2")["derived"]
+    assert c["nic_achieved_bytes_per_s"] == pytest.approx(200e9 / 8 * 0.9)
+    with pytest.raises(moesim.ConfigError, match="is not a device preset"):
+        moesim.presets("devices", "ascend-910")
+    with pytest.raises(moesim.ConfigError, match="must be"):
+        moesim.presets("gpus")
 
 
 # --- infeasible plans ------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 //   moesim search   SCENARIO [--set KEY=VALUE ...] [--top K] [--threads N] [--format table|json|csv] [--out FILE] [--resume]
 //   moesim check    SCENARIO [--set KEY=VALUE ...]
 //   moesim validate CASES.json [--out report.md] [--json report.json] [--only ids] [--progress]
-//   moesim presets  [models|devices|clusters]
+//   moesim presets  [models|devices|clusters [NAME]] [--format json]
 //   moesim plan     SCENARIO --tokens 10T [--deadline 30d] [--devices 2048:16384] [--format table|json] [--threads N]
 //   moesim rl       SCENARIO [--set KEY=VALUE ...] [--format table|json] [--trace FILE] [--no-wall-time]
 //   moesim report   SCENARIO --out report.html [--set ...] [--devices LIST] [--tokens 10T] [--top K]
@@ -38,6 +38,7 @@
 #include "html_report.hpp"
 #include "moesim/strategies/search/capacity.hpp"
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/plan/preset_info.hpp"
 #include "moesim/strategies/rl/rl.hpp"
 #include "moesim/strategies/output/simulate.hpp"
 #include "peers.hpp"
@@ -459,14 +460,29 @@ int cmd_rl(const std::string& path, const std::vector<std::string>& sets, const 
   return 0;
 }
 
-int cmd_presets(const std::string& which) {
+int cmd_presets(const std::string& which, const std::string& name, const std::string& format) {
+  if (!name.empty()) {
+    const nlohmann::json d = strategies::describe_preset(which, name);
+    if (format == "json") std::cout << d.dump(2) << "\n";
+    else std::cout << strategies::format_preset(d);
+    return 0;
+  }
   auto print = [](const char* title, const std::vector<std::string>& names) {
     std::cout << title << ":\n";
     for (const auto& n : names) std::cout << "  " << n << "\n";
   };
+  if (format == "json") {
+    std::cout << nlohmann::json{{"models", models::preset_names("model")},
+                                {"devices", models::preset_names("device")},
+                                {"clusters", topologies::cluster_preset_names()}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
   if (which.empty() || which == "models") print("models", models::preset_names("model"));
   if (which.empty() || which == "devices") print("devices", models::preset_names("device"));
   if (which.empty() || which == "clusters") print("clusters", topologies::cluster_preset_names());
+  if (which.empty()) std::cout << "(moesim presets KIND NAME prints a preset's values, units and sources)\n";
   return 0;
 }
 
@@ -541,8 +557,14 @@ int main(int argc, char** argv) {
   val->add_option("--threads", validate_threads, "threads for the cross-validation's simulations")->check(CLI::Range(1, 256));
   val->add_option("--bands-out", bands_out, "with --cross-validate: write the error bands (models/presets/error_bands.json form)");
 
-  auto* presets = app.add_subcommand("presets", "list the built-in models, devices and clusters");
+  std::string preset_name, presets_format = "table";
+  auto* presets = app.add_subcommand(
+      "presets", "list the built-in models, devices and clusters; with a name, a preset's values, units and sources");
   presets->add_option("WHICH", which, "models | devices | clusters")->check(CLI::IsMember({"models", "devices", "clusters"}));
+  presets->add_option("NAME", preset_name, "a preset of that kind: every value with its unit and source, and what "
+                                           "moesim derives from them (parameters, FLOPs per token, bandwidths)");
+  presets->add_option("--format", presets_format, "table | json (the whole preset, sources kept)")
+      ->check(CLI::IsMember({"table", "json"}));
 
   CapacityArgs cap;
   std::string report_out;
@@ -623,7 +645,7 @@ int main(int argc, char** argv) {
     else if (*val)
       rc = cmd_validate(case_files, sets, format, out_md, out_json, only, fidelity, progress, cross_validate,
                         validate_threads, bands_out);
-    else if (*presets) rc = cmd_presets(which);
+    else if (*presets) rc = cmd_presets(which, preset_name, presets_format);
     else if (*plan) rc = cmd_plan(scenario, sets, cap, format);
     else if (*rlc) rc = cmd_rl(scenario, sets, format, trace, no_wall_time);
     else if (*rpt) {

@@ -36,6 +36,7 @@
 #include "moesim/sim/config.hpp"
 #include "moesim/sim/output_file.hpp"
 #include "moesim/strategies/plan/plan.hpp"
+#include "moesim/strategies/plan/preset_info.hpp"
 #include "moesim/strategies/search/model_search.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/strategies/output/simulate.hpp"
@@ -576,12 +577,13 @@ py::object py_model_search(py::handle scenario, py::handle overrides, int thread
   return to_python(report);
 }
 
-py::dict py_presets() {
+py::object py_presets(const std::string& kind, const std::string& name) {
+  if (!name.empty()) return to_python(st::describe_preset(kind, name));  // ConfigError: the translator
   py::dict d;
   d["models"] = to_list(moesim::models::preset_names("model"));
   d["devices"] = to_list(moesim::models::preset_names("device"));
   d["clusters"] = to_list(moesim::topologies::cluster_preset_names());
-  return d;
+  return std::move(d);
 }
 
 /// moesim::ConfigError -> moesim.ConfigError: the message is the CLI's lines (one per problem);
@@ -653,5 +655,6 @@ PYBIND11_MODULE(_moesim, m) {
         "One of `size` processes sharing a search; `allgather(bytes) -> [bytes, ...]` exchanges the shares.");
   m.def("model_search", &py_model_search, py::arg("scenario"), py::arg("overrides"), py::arg("threads"),
         "Searches the scenario's model_search candidates; returns the report dict.");
-  m.def("presets", &py_presets, "The built-in model, device and cluster presets.");
+  m.def("presets", &py_presets, py::arg("kind"), py::arg("name"),
+        "The built-in presets' names, or one preset described (values, units, sources, derived figures).");
 }

@@ -78,6 +78,12 @@ std::optional<nlohmann::json> cluster_preset(std::string_view name) {
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<nlohmann::json> cluster_preset_json(std::string_view name) { return cluster_preset(name); }
+
+namespace {
+
 std::string known_clusters() {
   std::string s;
   for (const auto& n : cluster_preset_names()) s += (s.empty() ? "" : ", ") + n;

@@ -242,6 +242,21 @@ def _dask_search(client, scenario, overrides, top, threads, processes):
     return results[0]
 
 
-def presets():
-    """The built-in presets: ``{"models": [...], "devices": [...], "clusters": [...]}``."""
-    return _moesim.presets()
+def presets(kind=None, name=None):
+    """The built-in presets.
+
+    ``presets()``: their names, ``{"models": [...], "devices": [...], "clusters": [...]}``.
+    ``presets("devices", "ascend-910b2")`` (kind ``"models"``, ``"devices"`` or ``"clusters"``):
+    one preset as ``moesim presets KIND NAME --format json`` gives it: ``values`` (each
+    ``{"key", "value", "unit", "source"}``), ``derived`` (a model's parameter counts and FLOPs
+    per token at 4K and 8K; a cluster's achieved bandwidths) and ``preset`` (the file, sources
+    kept). Raises ConfigError for an unknown kind or name.
+    """
+    if name is None:
+        if kind is not None and kind not in ("models", "devices", "clusters"):
+            raise _argument_error("kind", kind, "must be \"models\", \"devices\" or \"clusters\"")
+        names = _moesim.presets("", "")
+        return names if kind is None else {kind: names[kind]}
+    if kind is None:
+        raise _argument_error("kind", kind, "must be given with name: \"models\", \"devices\" or \"clusters\"")
+    return _moesim.presets(str(kind), str(name))

@@ -83,5 +83,5 @@ def model_search(
 ) -> dict[str, Any]:
     """Architecture search: the scenario's model_search candidates, each with its best plan."""
 
-def presets() -> dict[str, list[str]]:
+def presets(kind: str | None = None, name: str | None = None) -> dict[str, Any]:
     """{"models": [...], "devices": [...], "clusters": [...]}."""

@@ -105,6 +105,8 @@ struct ClusterSpec {
 /// `spec` is {"preset": name, "devices": N, ...overrides} or a full description.
 ClusterSpec load_cluster(const nlohmann::json& spec, const std::string& pointer, Diagnostics& diag);
 std::vector<std::string> cluster_preset_names();
+/// The parsed JSON of a cluster preset (sources kept), or nullopt.
+std::optional<nlohmann::json> cluster_preset_json(std::string_view name);
 
 enum class VertexKind : std::uint8_t { Device, Nic, Switch };
 enum class LinkKind : std::uint8_t { ScaleUp, NicUplink, Fabric, Internal };
