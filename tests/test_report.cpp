@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "html_report.hpp"
+#include "report.hpp"
 #include "moesim/strategies/search/capacity.hpp"
 
 using namespace moesim;
@@ -354,4 +355,28 @@ TEST_CASE("report: stragglers and failures get their section, charts and table",
   CHECK(html.find("holds back") != std::string::npos);
   CHECK(html.find("Young") != std::string::npos);
   CHECK(unbalanced(html).empty());
+}
+
+TEST_CASE("result text: a unit always has its space, and the plan line says only what the plan does", "[report][text]") {
+  const std::string pangu = std::string(MOESIM_SOURCE_DIR) + "/scenarios/pangu-ultra-moe-718b.json";
+  const Scenario s = load_scenario_file(pangu, {});
+  Result r = simulate(s).result;
+  r.tokens_per_s = 441.9;
+  CHECK_THAT(tools::format_result_table(r, s, false), Catch::Contains("441.9 tokens/s"));
+  r.tokens_per_s = 1.54e6;
+  CHECK_THAT(tools::format_result_table(r, s, false), Catch::Contains("1.54 Mtokens/s"));
+  // The published plan: hierarchical all-to-all over 4 servers, TP8 with MC2.
+  const std::string full = tools::format_plan_line(s);
+  CHECK_THAT(full, Catch::Contains("hierarchical all-to-all") && Catch::Contains("TP comm overlapped"));
+  // One expert rank and one tensor rank: nothing hierarchical, nothing of TP to overlap.
+  const Scenario one = load_scenario_file(pangu, {"parallelism.tensor_model_parallel_size=1",
+                                                  "parallelism.expert_model_parallel_size=1",
+                                                  "parallelism.moe_tp_extend_ep=false",
+                                                  "parallelism.tp_comm_overlap=false",
+                                                  "parallelism.sequence_parallel=false",
+                                                  "training.global_batch_size=12288",
+                                                  "parallelism.moe_fb_overlap=true"});
+  const std::string line = tools::format_plan_line(one);
+  CHECK_THAT(line, !Catch::Contains("hierarchical") && !Catch::Contains("TP comm") &&
+                       !Catch::Contains("forward-backward overlap") && Catch::Contains("EP1"));
 }

@@ -6,11 +6,12 @@
 namespace moesim::tools {
 namespace {
 
+/// "1.54 M", "441.9 k", "441.9 " (the space before the unit is always there).
 std::string human(double x) {
   if (x >= 1e9) return fmt::format("{:.2f} G", x / 1e9);
   if (x >= 1e6) return fmt::format("{:.2f} M", x / 1e6);
   if (x >= 1e3) return fmt::format("{:.1f} k", x / 1e3);
-  return fmt::format("{:.1f}", x);
+  return fmt::format("{:.1f} ", x);
 }
 
 double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
