@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Browser check of `moesim report`: generate a report, open it in headless Chromium, and check
 that the page loads without console errors or network requests, that every chart's <svg> is in
-the rendered DOM with shapes in it and parses as XML, and that a screenshot is non-trivial.
+the rendered DOM with shapes in it and parses as XML, and that a screenshot is non-trivial —
+of the whole page and of every section on its own (section-<id>.png in the work directory, to
+be looked at: each must have ink on it).
 
     report_browser_check.py --cli build/bin/moesim --scenario scenarios/pangu-ultra-moe-718b.json \
         --workdir build/tests/report_browser [-- extra report options]
@@ -21,8 +23,10 @@ import time
 import xml.etree.ElementTree as ET
 
 SKIP = 77
-# Charts every report of a MoE scenario with a scaling sweep has (tools/cli/html_report.hpp).
-CHART_IDS = ["chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load", "chart-scaling", "chart-goodput"]
+# Charts every report of a MoE scenario with balanced routing and a scaling sweep has
+# (tools/cli/html_report.cpp, report_chart_ids; the expert-load map only under skewed routing).
+CHART_IDS = ["chart-breakdown", "chart-critical-path", "chart-timeline", "chart-schedule", "chart-memory",
+             "chart-scaling", "chart-goodput"]
 SHAPES = re.compile(r"<(rect|circle|polyline|line|path)\b")
 # Chromium's --enable-logging=stderr prints every page console message, whatever its level
 # (console.error included), as
@@ -47,6 +51,38 @@ def chromium(browser, profile, *args, timeout=90):
            f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # a sanitizer build's runtimes are not Chromium's
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def png_ink(path):
+    """Share of a PNG's decompressed scanline bytes that are neither white (255) nor zero: a
+    blank page has almost none. Pure Python (zlib), no imaging library."""
+    import struct
+    import zlib
+    data = open(path, "rb").read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return -1.0
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    ink = sum(1 for b in raw[::7] if b not in (0, 255))
+    return ink / max(1, len(raw[::7]))
+
+
+def section_pages(source, workdir):
+    """One page per <section id=...> of the report: its <head> (styles) and that section."""
+    head = source[:source.index("<body>")]
+    pages = []
+    for m in re.finditer(r'<section id="([^"]+)">.*?</section>', source, re.S):
+        page = os.path.join(workdir, f"section-{m.group(1)}.html")
+        with open(page, "w", encoding="utf-8") as f:
+            f.write(head + "<body>\n" + m.group(0) + "\n</body>\n</html>\n")
+        pages.append((m.group(1), page))
+    return pages
 
 
 def fail(msg):
@@ -97,6 +133,14 @@ def main():
         errors = [l for l in dom.stderr.splitlines() if CONSOLE_ERROR.search(l)]
         shot = chromium(browser, profile, f"--screenshot={png}", "--window-size=1280,4000", url)
         errors += [l for l in shot.stderr.splitlines() if CONSOLE_ERROR.search(l)]
+        section_shots = []
+        for sid, page in section_pages(source, a.workdir):
+            spng = os.path.abspath(os.path.join(a.workdir, f"section-{sid}.png"))
+            if os.path.exists(spng):
+                os.remove(spng)
+            r = chromium(browser, profile, f"--screenshot={spng}", "--window-size=1280,1400", "file://" + os.path.abspath(page))
+            errors += [l for l in r.stderr.splitlines() if CONSOLE_ERROR.search(l)]
+            section_shots.append((sid, spng))
     if errors:
         return fail("console errors while loading the page:\n" + "\n".join(errors))
 
@@ -127,6 +171,15 @@ def main():
     with open(png, "rb") as f:
         if f.read(8) != b"\x89PNG\r\n\x1a\n":
             return fail("the screenshot is not a PNG")
+    if len(section_shots) < 6:
+        return fail(f"only {len(section_shots)} sections found in the report")
+    for sid, spng in section_shots:
+        if not os.path.exists(spng):
+            return fail(f"chromium wrote no screenshot of section {sid}")
+        ink = png_ink(spng)
+        print(f"section {sid}: {spng} ({os.path.getsize(spng) / 1024:.0f} KB, ink {100 * ink:.1f}%)")
+        if ink < 0.002:
+            return fail(f"the screenshot of section {sid} is blank (ink {100 * ink:.2f}%)")
     print("ok")
     return 0
 

@@ -1,7 +1,10 @@
 // Capacity planning (strategies/capacity) and the HTML report (tools/cli/html_report).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <string>
@@ -262,8 +265,17 @@ TEST_CASE("report: every chart is present, text is escaped, tags balance and out
     return std::pair{tools::render_html_report(in), ids};
   };
   const auto [html, ids] = render();
-  CHECK(ids == std::vector<std::string>{"chart-breakdown", "chart-timeline", "chart-memory", "chart-expert-load",
-                                        "chart-scaling", "chart-goodput"});  // the default reliability preset
+  // Balanced routing: no expert-load map (a uniform box), a sentence instead.
+  CHECK(ids == std::vector<std::string>{"chart-breakdown", "chart-critical-path", "chart-timeline", "chart-schedule",
+                                        "chart-memory", "chart-scaling", "chart-goodput"});  // the default reliability preset
+  CHECK(html.find("Routing is balanced") != std::string::npos);
+  CHECK(html.find("chart-expert-load") == std::string::npos);
+  // Every chart has a caption saying what to see, and the scaling chart's axes say their scale.
+  CHECK(count(html, "<figcaption>") == count(html, "<figure>"));
+  CHECK(html.find("throughput (tokens/s, log scale)") != std::string::npos);
+  CHECK(html.find("linear scaling from") != std::string::npos);
+  CHECK(html.find("What gates the step") != std::string::npos);
+  CHECK(html.find("Pipeline schedule") != std::string::npos);
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
   for (const auto& id : ids) {
     const auto at = html.find("<svg id=\"" + id + "\"");
@@ -295,7 +307,8 @@ TEST_CASE("report: a dense model has no expert-load chart and a skipped sweep no
   in.scenario = &s;
   in.sim = &sim;
   const auto ids = tools::report_chart_ids(in);
-  CHECK(ids == std::vector<std::string>{"chart-breakdown", "chart-timeline", "chart-memory"});
+  CHECK(ids == std::vector<std::string>{"chart-breakdown", "chart-critical-path", "chart-timeline", "chart-schedule",
+                                        "chart-memory"});
   const std::string html = tools::render_html_report(in);
   CHECK(html.find("chart-expert-load") == std::string::npos);
   CHECK(html.find("The scaling sweep was not run") != std::string::npos);
@@ -379,4 +392,35 @@ TEST_CASE("result text: a unit always has its space, and the plan line says only
   const std::string line = tools::format_plan_line(one);
   CHECK_THAT(line, !Catch::Contains("hierarchical") && !Catch::Contains("TP comm") &&
                        !Catch::Contains("forward-backward overlap") && Catch::Contains("EP1"));
+}
+
+TEST_CASE("report: skewed routing draws the expert-load map; the schedule shows both passes of every stage", "[report]") {
+  const Scenario s = small({"moe.routing=\"zipf\""});
+  const Simulation sim = simulate(s);
+  tools::HtmlReportInput in;
+  in.scenario = &s;
+  in.sim = &sim;
+  const auto ids = tools::report_chart_ids(in);
+  CHECK(std::find(ids.begin(), ids.end(), "chart-expert-load") != ids.end());
+  const std::string html = tools::render_html_report(in);
+  CHECK(html.find("<svg id=\"chart-expert-load\"") != std::string::npos);
+  CHECK(html.find("Routing is balanced") == std::string::npos);
+  // One lane per stage, forward and backward blocks in each, titled with their micro-batch.
+  const auto at = html.find("<svg id=\"chart-schedule\"");
+  REQUIRE(at != std::string::npos);
+  const std::string svg = html.substr(at, html.find("</svg>", at) - at);
+  for (int stage = 0; stage < s.plan.pp; ++stage) {
+    INFO(stage);
+    int fwd = 0, bwd = 0;
+    const std::string key = fmt::format("<title>stage {}: micro-batch ", stage);
+    for (auto p = svg.find(key); p != std::string::npos; p = svg.find(key, p + 1)) {
+      const std::string rest = svg.substr(p + key.size(), 24);
+      fwd += rest.find(" forward,") != std::string::npos;
+      bwd += rest.find(" backward,") != std::string::npos;
+    }
+    CHECK(fwd > 0);
+    CHECK(bwd > 0);
+  }
+  // Plans are named alike everywhere: the expert-parallel size, never "EP4x8".
+  CHECK(html.find("x8 ") == std::string::npos);
 }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "html_charts.hpp"
 #include "html_reliability.hpp"
 #include "html_svg.hpp"
 #include "report.hpp"
@@ -63,20 +64,6 @@ const std::array<Part, 12> kParts{{
     {"optimizer and other", "k7", [](const Breakdown& b) { return b.other_s; }},
 }};
 
-struct MemPart {
-  const char* label;
-  const char* color;
-  double (*value)(const strategies::MemoryBreakdown&);
-};
-const std::array<MemPart, 5> kMemParts{{
-    {"weights", "#4e79a7", [](const strategies::MemoryBreakdown& m) { return m.weights_bytes; }},
-    {"gradients", "#f28e2b", [](const strategies::MemoryBreakdown& m) { return m.gradients_bytes; }},
-    {"optimizer states", "#59a14f", [](const strategies::MemoryBreakdown& m) { return m.optimizer_bytes; }},
-    {"activations", "#e15759", [](const strategies::MemoryBreakdown& m) { return m.activations_bytes; }},
-    {"buffers and runtime reserve", "#bab0ac",
-     [](const strategies::MemoryBreakdown& m) { return m.transient_bytes + m.reserved_bytes; }},
-}};
-
 std::string css() {
   std::string c = R"(
 :root { color-scheme: light; }
@@ -115,6 +102,15 @@ svg .idle2 { fill: #fafafa; }
 svg .kb { fill: #d9d9d9; stroke: #bdbdbd; stroke-width: 0.5; }
 svg .ki { fill: #f1ce63; }
 svg .kh { fill: #79706e; }
+svg .sf0 { fill: #4e79a7; }
+svg .sf1 { fill: #7aa6d1; }
+svg .sb0 { fill: #e8772e; }
+svg .sb1 { fill: #f5ab6e; }
+svg .st0 { fill: #9aa9b8; }
+svg .st1 { fill: #c3ced8; }
+svg .ideal { stroke: #777; stroke-width: 1.5; stroke-dasharray: 5 4; }
+svg text.tiny { font-size: 8px; fill: #fff; }
+svg text.inbar { font-size: 10px; fill: #fff; }
 footer { margin-top: 32px; font-size: 0.85em; color: #666; border-top: 1px solid #ddd; padding-top: 6px; }
 @page { size: A4; margin: 12mm; }
 @media print {
@@ -336,184 +332,6 @@ std::string chart_timeline(const strategies::Simulation& sim, int max_rows, int 
   return svg_open("chart-timeline", W, H, "timeline of one training step per simulated rank") + axis + body + leg + "</svg>\n";
 }
 
-std::string chart_memory(const strategies::Result& r) {
-  const auto& st = r.stages;
-  const double W = 1000, left = 60, right = 150, plot_w = W - left - right, plot_h = 300, top = 12;
-  double ymax = r.capacity_bytes;
-  for (const auto& s : st) ymax = std::max(ymax, s.memory.total());
-  ymax = gib(ymax);
-  const ZeroAxis axis = zero_axis(ymax, 8, left, top, plot_w, plot_h);
-  const double sy = axis.px_per_unit;
-  const double slot = plot_w / std::max<double>(1, static_cast<double>(st.size()));
-  const double bw = std::min(42.0, slot * 0.72);
-  std::string s = axis.grid;
-  const int label_every = st.size() > 32 ? static_cast<int>((st.size() + 31) / 32) : 1;
-  for (std::size_t i = 0; i < st.size(); ++i) {
-    const double x = left + slot * static_cast<double>(i) + (slot - bw) / 2;
-    double y = top + plot_h;
-    for (std::size_t k = 0; k < kMemParts.size(); ++k) {
-      const double v = gib(kMemParts[k].value(st[i].memory));
-      if (v <= 0) continue;
-      const double h = v * sy;
-      y -= h;
-      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"m{}\"><title>stage {}: {} {:.2f} GiB</title></rect>\n",
-                       f1(x), fmt::format("{:.2f}", y), f1(bw), fmt::format("{:.2f}", h), k, st[i].stage,
-                       kMemParts[k].label, v);
-    }
-    if (static_cast<int>(i) % label_every == 0)
-      s += text(x + bw / 2, top + plot_h + 14, std::to_string(st[i].stage), "middle", "small");
-  }
-  const double cy = top + plot_h - gib(r.capacity_bytes) * sy;
-  s += line(left, cy, left + plot_w, cy, "cap");
-  s += text(left + plot_w + 6, cy + 4, fmt::format("capacity {:.1f} GiB", gib(r.capacity_bytes)), "start", "small");
-  s += line(left, top, left, top + plot_h, "axis");
-  s += line(left, top + plot_h, left + plot_w, top + plot_h, "axis");
-  s += text(left + plot_w / 2, top + plot_h + 30, "pipeline stage", "middle", "small");
-  s += fmt::format("<text x=\"14\" y=\"{}\" class=\"small\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">GiB per device</text>\n",
-                   f1(top + plot_h / 2), f1(top + plot_h / 2));
-  std::vector<std::pair<std::string, std::string>> items;
-  for (const auto& p : kMemParts) items.emplace_back(p.label, p.color);
-  auto [leg, leg_h] = legend(items, left, top + plot_h + 42, plot_w + right - 20, false);
-  const double H = top + plot_h + 42 + leg_h + 4;
-  return svg_open("chart-memory", W, H, "memory per pipeline stage against device capacity") + s + leg + "</svg>\n";
-}
-
-std::string heat_color(double ratio, double rmax) {
-  // Diverging: blue below the balanced share, white at it, red above (up to rmax).
-  auto mix = [](int a, int b, double t) { return static_cast<int>(std::lround(a + (b - a) * std::clamp(t, 0.0, 1.0))); };
-  int r = 255, g = 255, b = 255;
-  if (ratio < 1) {
-    const double t = 1 - ratio;
-    r = mix(255, 44, t), g = mix(255, 123, t), b = mix(255, 182, t);
-  } else if (ratio > 1) {
-    const double t = (ratio - 1) / std::max(1e-9, rmax - 1);
-    r = mix(255, 215, t), g = mix(255, 25, t), b = mix(255, 28, t);
-  }
-  return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
-}
-
-std::string chart_expert_load(const strategies::ExpertLoad& el, bool& balanced) {
-  const auto& m = el.layer_rank_share;
-  const std::size_t L = m.size();
-  std::size_t R = 0;
-  for (const auto& row : m) R = std::max(R, row.size());
-  double rmax = 2, dev = 0;
-  for (const auto& row : m)
-    for (double share : row) {
-      const double ratio = share * static_cast<double>(row.size());
-      rmax = std::max(rmax, ratio);
-      dev = std::max(dev, std::abs(ratio - 1));
-    }
-  balanced = dev < 1e-6;
-  const double left = 80, right = 130, W = 1000, top = 10;
-  const double plot_w = std::min(W - left - right, 28.0 * static_cast<double>(std::max<std::size_t>(R, 1)));
-  const double cw = plot_w / static_cast<double>(std::max<std::size_t>(R, 1));
-  // Uniform maps (balanced routing) are drawn short: there is nothing to read in them.
-  const double ch = std::clamp((balanced ? 240.0 : 600.0) / static_cast<double>(std::max<std::size_t>(L, 1)), 3.0, 14.0);
-  const double plot_h = ch * static_cast<double>(L);
-  std::string s;
-  for (std::size_t l = 0; l < L; ++l) {
-    for (std::size_t k = 0; k < m[l].size(); ++k) {
-      const double ratio = m[l][k] * static_cast<double>(m[l].size());
-      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>MoE layer {}, EP rank {}: {:.2f}x the mean</title></rect>\n",
-                       fmt::format("{:.2f}", left + cw * static_cast<double>(k)), fmt::format("{:.2f}", top + ch * static_cast<double>(l)),
-                       fmt::format("{:.2f}", cw), fmt::format("{:.2f}", ch), heat_color(ratio, rmax), l, k, ratio);
-    }
-  }
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", f1(left), f1(top),
-                   fmt::format("{:.2f}", plot_w), fmt::format("{:.2f}", plot_h));
-  const std::size_t every_l = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(12.0 / ch)));
-  for (std::size_t l = 0; l < L; l += every_l)
-    s += text(left - 6, top + ch * (static_cast<double>(l) + 0.5) + 3.5, std::to_string(l), "end", "small");
-  const std::size_t every_r = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(22.0 / cw)));
-  for (std::size_t k = 0; k < R; k += every_r)
-    s += text(left + cw * (static_cast<double>(k) + 0.5), top + plot_h + 13, std::to_string(k), "middle", "small");
-  s += text(left + plot_w / 2, top + plot_h + 28, "expert-parallel rank", "middle", "small");
-  s += fmt::format("<text x=\"16\" y=\"{}\" class=\"small\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">MoE layer</text>\n",
-                   f1(top + plot_h / 2), f1(top + plot_h / 2));
-  // Colour scale.
-  const double gx = left + plot_w + 30, gh = std::min(200.0, plot_h);
-  s += "<defs><linearGradient id=\"hm-scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">";
-  for (int i = 0; i <= 10; ++i) {
-    const double ratio = rmax * i / 10.0;
-    s += fmt::format("<stop offset=\"{:.2f}\" stop-color=\"{}\"/>", i / 10.0, heat_color(ratio, rmax));
-  }
-  s += "</linearGradient></defs>\n";
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"{}\" fill=\"url(#hm-scale)\" stroke=\"#999\"/>\n", f1(gx), f1(top),
-                   f1(gh));
-  s += text(gx + 20, top + 8, fmt::format("{:.1f}x", rmax), "start", "small");
-  s += text(gx + 20, top + gh * (1 - 1 / rmax) + 4, "1x (mean)", "start", "small");
-  s += text(gx + 20, top + gh, "0", "start", "small");
-  s += text(gx - 4, top + gh + 18, "tokens vs mean", "start", "small");
-  const double H = top + std::max(plot_h, gh + 20) + 36;
-  return svg_open("chart-expert-load", W, H, "expert load heatmap: MoE layers by expert-parallel ranks") + s + "</svg>\n";
-}
-
-std::string chart_scaling(const strategies::CapacityReport& cap) {
-  const double W = 1000, panel_w = 400, plot_h = 240, top = 26, left0 = 70, gap = 110;
-  std::vector<const strategies::CapacityPoint*> pts;
-  for (const auto& p : cap.points) pts.push_back(&p);
-  double lo = 1e18, hi = 0, tmax = 0, mmax = 0;
-  for (const auto* p : pts) {
-    lo = std::min(lo, std::log2(static_cast<double>(p->devices)));
-    hi = std::max(hi, std::log2(static_cast<double>(p->devices)));
-    if (p->feasible) {
-      tmax = std::max(tmax, p->tokens_per_s);
-      mmax = std::max(mmax, 100 * p->mfu);
-    }
-  }
-  std::string s;
-  auto panel = [&](double left, const std::string& title, double vmax, auto value, const char* fmt_unit, int idx) {
-    const double step = nice_step(std::max(vmax, 1e-9) * 1.05, 6);
-    const double axis_max = std::max(step, std::ceil(vmax * 1.05 / step) * step);
-    const double sy = plot_h / axis_max;
-    auto xpos = [&](int devices) {
-      if (hi <= lo) return left + panel_w / 2;
-      return left + 20 + (std::log2(static_cast<double>(devices)) - lo) / (hi - lo) * (panel_w - 40);
-    };
-    s += text(left + panel_w / 2, top - 10, title, "middle", "title");
-    const int dec = decimals_for(step);
-    for (double v = 0; v <= axis_max + step * 1e-6; v += step) {
-      const double y = top + plot_h - v * sy;
-      s += line(left, y, left + panel_w, y, "grid");
-      const std::string lab = std::string_view(fmt_unit) == "tokens" ? human_count(v) : fmt::format("{:.{}f}%", v, dec);
-      s += text(left - 6, y + 4, lab, "end", "small");
-    }
-    s += line(left, top, left, top + plot_h, "axis");
-    s += line(left, top + plot_h, left + panel_w, top + plot_h, "axis");
-    std::string poly;
-    for (const auto* p : pts) {
-      const double x = xpos(p->devices);
-      s += text(x, top + plot_h + 14, grouped(p->devices), "middle", "small");
-      if (!p->feasible) {
-        const double y = top + plot_h - 6;
-        s += line(x - 5, y - 5, x + 5, y + 5, "bad") + line(x - 5, y + 5, x + 5, y - 5, "bad");
-        continue;
-      }
-      const double v = value(*p);
-      const double y = top + plot_h - v * sy;
-      poly += fmt::format("{},{} ", f1(x), f1(y));
-      s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" class=\"dot{}\"><title>{} devices: {}</title></circle>\n", f1(x), f1(y),
-                       idx, p->devices,
-                       std::string_view(fmt_unit) == "tokens" ? human_count(v) + " tokens/s" : fmt::format("{:.1f}% MFU", v));
-      if (cap.answer && p == &cap.points[*cap.answer])
-        s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"8\" class=\"ring\"/>\n", f1(x), f1(y));
-    }
-    if (!poly.empty()) {
-      poly.pop_back();
-      s += fmt::format("<polyline points=\"{}\" class=\"line{}\"/>\n", poly, idx);
-    }
-    s += text(left + panel_w / 2, top + plot_h + 30, "devices (log scale)", "middle", "small");
-  };
-  panel(left0, "throughput (tokens/s)", tmax, [](const strategies::CapacityPoint& p) { return p.tokens_per_s; }, "tokens", 0);
-  panel(left0 + panel_w + gap, "MFU (%)", mmax, [](const strategies::CapacityPoint& p) { return 100 * p.mfu; }, "percent", 1);
-  std::string notes = "best plan at each size; \xc3\x97 = no plan fits";
-  if (cap.answer) notes += "; ring = smallest size meeting the deadline";
-  s += text(left0, top + plot_h + 50, notes, "start", "small");
-  const double H = top + plot_h + 60;
-  return svg_open("chart-scaling", W, H, "tokens per second and MFU against cluster size") + s + "</svg>\n";
-}
-
 // ---- sections ------------------------------------------------------------------------------
 
 std::string kv_row(const std::string& k, const std::string& v) {
@@ -522,14 +340,19 @@ std::string kv_row(const std::string& k, const std::string& v) {
 
 std::string section_summary(const strategies::Scenario& s, const strategies::Result& r) {
   std::string h = "<section id=\"summary\">\n<h2>Scenario</h2>\n<table class=\"kv\">\n";
-  h += kv_row("model", fmt::format("{} ({} parameters, {} active per token)", html_escape(s.model_name),
-                                   human_count(r.params_total), human_count(r.params_active)));
+  h += kv_row("model", fmt::format("{} ({:.1f}B parameters, {:.1f}B active per token)", html_escape(s.model_name),
+                                   r.params_total / 1e9, r.params_active / 1e9));
   h += kv_row("cluster", html_escape(fmt::format("{} x {} ({}, {} per node)", grouped(s.cluster.devices), s.cluster.device.name,
                                                  s.cluster.name, s.cluster.devices_per_node)));
   h += kv_row("training", html_escape(fmt::format("sequence {}, global batch {} ({} tokens per step), {}", s.training.seq_length,
                                                   s.training.global_batch_size, human_count(r.tokens_per_step),
                                                   models::precision_name(s.training.precision))));
-  h += kv_row("plan", "<code>" + html_escape(format_plan_line(s)) + "</code>");
+  {
+    // The plan line without its first line (model and cluster, in the rows above).
+    const std::string line = format_plan_line(s);
+    const auto nl = line.find('\n');
+    h += kv_row("plan", "<code>" + html_escape(nl == std::string::npos ? line : line.substr(nl + 1)) + "</code>");
+  }
   if (const auto d = s.document.find("description"); d != s.document.end() && d->is_string() && !d->get<std::string>().empty())
     h += kv_row("description", html_escape(d->get<std::string>()));
   h += "</table>\n<h3>Result of the scenario's plan</h3>\n<table class=\"kv\">\n";
@@ -542,7 +365,9 @@ std::string section_summary(const strategies::Scenario& s, const strategies::Res
                             r.error_band->within_pct, r.error_band->runs,
                             r.error_band->scope == "all" ? "" : r.error_band->scope + " "));
   h += kv_row("throughput", fmt::format("{} tokens/s ({:.1f} per device)", human_count(r.tokens_per_s), r.tokens_per_s_per_device));
-  h += kv_row("MFU / HFU", fmt::format("{:.1f}% / {:.1f}%", 100 * r.mfu, 100 * r.hfu));
+  h += kv_row("MFU / HFU", fmt::format("{:.1f}% / {:.1f}% (Megatron's FLOP formula: {:.1f}% MFU; Huawei-style, attention over "
+                                       "the full score matrix: {:.1f}%)",
+                                       100 * r.mfu, 100 * r.hfu, 100 * r.mfu_megatron, 100 * r.mfu_huawei));
   h += kv_row("model FLOP rate", fmt::format("{:.1f} TFLOP/s per device (peak {:.1f})", r.achieved_tflops_per_device,
                                              r.peak_tflops_per_device));
   h += kv_row("peak memory", fmt::format("{:.1f} of {:.1f} GiB per device{}", gib(r.peak_memory_bytes), gib(r.capacity_bytes),
@@ -724,9 +549,9 @@ std::string section_capacity(const strategies::Scenario& s, const strategies::Ca
 }  // namespace
 
 std::vector<std::string> report_chart_ids(const HtmlReportInput& in) {
-  std::vector<std::string> ids{"chart-breakdown", "chart-timeline", "chart-memory"};
+  std::vector<std::string> ids{"chart-breakdown", "chart-critical-path", "chart-timeline", "chart-schedule", "chart-memory"};
   if (in.scenario != nullptr && in.scenario->model.is_moe() && in.sim != nullptr &&
-      !in.sim->result.expert_load.layer_rank_share.empty())
+      !in.sim->result.expert_load.layer_rank_share.empty() && !expert_load_balanced(in.sim->result.expert_load))
     ids.emplace_back("chart-expert-load");
   if (in.capacity != nullptr && !in.capacity->points.empty()) ids.emplace_back("chart-scaling");
   if (in.models != nullptr &&
@@ -769,6 +594,17 @@ std::string render_html_report(const HtmlReportInput& in) {
     h += "</section>\n";
   }
   {
+    const strategies::CriticalPath cp = strategies::summarize_critical_path(*in.sim);
+    h += "<section id=\"critical-path\">\n<h2>What gates the step</h2>\n";
+    h += figure(chart_critical_path(cp),
+                html_escape(fmt::format(
+                    "The chain of {} tasks that set the {:.3f} s step, each starting when the one before it ended: the step is "
+                    "gated by {}. Speeding up anything off this chain does not shorten the step until another chain becomes "
+                    "the longest.",
+                    grouped(static_cast<double>(cp.tasks)), cp.step_s, strategies::describe_critical_path(cp))));
+    h += "</section>\n";
+  }
+  {
     std::string note;
     const std::string svg = chart_timeline(*in.sim, std::max(1, in.timeline_max_rows), in.timeline_bins, note);
     h += "<section id=\"timeline\">\n<h2>One step of the scenario's plan</h2>\n";
@@ -777,6 +613,23 @@ std::string render_html_report(const HtmlReportInput& in) {
                          "the colour of the category busiest in it when the lane is busy at least half of it; grey gaps in the "
                          "compute lane are the pipeline bubble and waits. {}",
                          r.step_time_s, std::max(50, in.timeline_bins), note)));
+    h += "</section>\n";
+  }
+  {
+    const int stages = std::min(16, s.plan.pp);
+    h += "<section id=\"schedule\">\n<h2>Pipeline schedule</h2>\n";
+    h += figure(chart_schedule(*in.sim, stages),
+                html_escape(fmt::format(
+                    "{} on {} stages, {} micro-batches{}: each stage's forward (blue) and backward (orange) passes as they ran, "
+                    "numbered by micro-batch{}. The grey before the first backward and after the last forward is the "
+                    "pipeline's fill and drain; grey inside the steady state is waiting for another stage, an all-to-all or a "
+                    "peer.{}",
+                    strategies::schedule_name(s.plan.schedule), s.plan.pp, s.plan.num_microbatches,
+                    s.plan.vpp > 1 ? fmt::format(" of {} chunks each", s.plan.vpp) : std::string(),
+                    s.plan.fb_overlap ? "; with forward-backward overlap a forward and a backward share the device, so "
+                                        "short stretches alternate colours"
+                                      : "",
+                    s.plan.pp > stages ? fmt::format(" The first {} of {} stages are drawn.", stages, s.plan.pp) : std::string())));
     h += "</section>\n";
   }
   h += "<section id=\"memory\">\n<h2>Memory per pipeline stage</h2>\n";
@@ -791,17 +644,18 @@ std::string render_html_report(const HtmlReportInput& in) {
     if (el.layer_rank_share.empty()) {
       h += "<p class=\"note\">No per-layer expert load was recorded for this run.</p>\n";
     } else {
-      bool balanced = false;
-      const std::string svg = chart_expert_load(el, balanced);
-      if (balanced)
-        h += fmt::format("<p class=\"note\">Routing is balanced ({} routing): every one of the {} expert-parallel ranks receives "
-                         "the same share of every MoE layer's tokens, so the map is uniform. Set <code>moe.routing</code> to "
-                         "<code>zipf</code> or <code>dirichlet</code> to see skew.</p>\n",
-                         html_escape(el.routing), el.ep);
-      h += figure(svg, html_escape(fmt::format(
-                           "Token copies each expert-parallel rank receives per MoE layer, relative to the mean (1x = balanced); "
-                           "{} routing, {} placement, max/mean {:.2f}, worst {:.2f}.",
-                           el.routing, el.placement, el.max_over_mean, el.max_over_mean_worst)));
+      if (expert_load_balanced(el))  // a uniform map says nothing a sentence does not
+        h += fmt::format("<p class=\"note\">Routing is balanced{}: every one of the {} expert-parallel ranks receives "
+                         "the same share of every MoE layer's tokens, so there is no skew to map and no expert imbalance "
+                         "wait. Set <code>moe.routing</code> to <code>zipf</code> or <code>dirichlet</code> to see skew.</p>\n",
+                         el.routing == "balanced" ? std::string() : " (" + html_escape(el.routing) + " routing)", el.ep);
+      else
+        h += figure(chart_expert_load(el),
+                    html_escape(fmt::format(
+                        "Token copies each expert-parallel rank receives per MoE layer, relative to the mean (white = the mean, "
+                        "red above, blue below); {} routing, {} placement. The hottest rank gets {:.2f}x the mean on average "
+                        "and {:.2f}x at worst: every rank of the layer waits for it.",
+                        el.routing, el.placement, el.max_over_mean, el.max_over_mean_worst)));
     }
     h += "</section>\n";
   }
@@ -809,8 +663,10 @@ std::string render_html_report(const HtmlReportInput& in) {
   if (in.capacity == nullptr || in.capacity->points.empty()) {
     h += "<p class=\"note\">The scaling sweep was not run for this report.</p>\n</section>\n";
   } else {
-    h += figure(chart_scaling(*in.capacity), "Best plan found by the search at each cluster size (same model, device, "
-                                             "cluster preset and training settings).");
+    h += figure(chart_scaling(*in.capacity),
+                "Best plan found by the search at each cluster size (same model, device, cluster preset and training "
+                "settings). Left, on log-log axes: a straight line parallel to the dashed one is linear scaling; falling "
+                "below it is the efficiency lost at scale. Right: MFU, flat under linear scaling.");
     h += "</section>\n";
     h += section_capacity(s, *in.capacity);
   }

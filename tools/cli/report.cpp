@@ -207,7 +207,8 @@ std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
   std::string t = fmt::format("TP{} PP{}", p.tp, p.pp);
   if (p.vpp > 1) t += fmt::format(" VPP{}", p.vpp);
   if (m.is_moe()) {
-    t += p.moe_tp_extend_ep ? fmt::format(" EP{}x{}", p.ep, p.tp) : fmt::format(" EP{}", p.ep);
+    // The expert-parallel size as the plan line gives it (EP32), TP-extend-EP marked.
+    t += p.moe_tp_extend_ep ? fmt::format(" EP{} tp-ext", p.ep_size()) : fmt::format(" EP{}", p.ep);
     if (!p.moe_tp_extend_ep && p.etp_size() > 1) t += fmt::format(" ETP{}", p.etp_size());
   }
   if (p.cp > 1) t += fmt::format(" CP{}", p.cp);

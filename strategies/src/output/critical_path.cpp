@@ -10,9 +10,6 @@
 
 namespace moesim::strategies {
 
-namespace {
-
-/// The words the result table uses for each task category.
 std::string category_words(const std::string& c) {
   static const std::map<std::string, std::string> words{
       {"compute", "compute"},
@@ -28,8 +25,6 @@ std::string category_words(const std::string& c) {
   auto it = words.find(c);
   return it != words.end() ? it->second : c;
 }
-
-}  // namespace
 
 CriticalPath summarize_critical_path(const Simulation& sim) {
   CriticalPath c;

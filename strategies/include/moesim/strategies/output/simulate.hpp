@@ -168,6 +168,8 @@ struct CriticalPath {
 /// CLI's simulate and report), not by searches.
 CriticalPath summarize_critical_path(const Simulation& sim);
 nlohmann::json to_json(const CriticalPath& c);
+/// The words the result table uses for a task category ("ep_comm" -> "expert all-to-all").
+std::string category_words(const std::string& category);
 /// "compute 71% (stage 15: 38% of the step), expert all-to-all 14%, ..." (shares of the step).
 std::string describe_critical_path(const CriticalPath& c);
 
