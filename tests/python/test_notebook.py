@@ -37,3 +37,8 @@ def test_example_notebook_executes_without_errors(root, monkeypatch):
     assert len(figures) == 4  # breakdown, timeline, EP x micro-batch sweep, cluster size
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "MFU / HFU" in text and "768 NPUs:" in text and "searched in" in text
+    # The search table shows plans as people read them, not the result files' keys.
+    assert "TP8 PP16" in text and "tp8-pp16-" not in text
+    # The log-scale throughput axis has several labelled ticks, not one.
+    ticks = next(line for line in text.splitlines() if line.startswith("throughput axis ticks"))
+    assert len(ticks.split(":")[1].split(",")) >= 3, ticks

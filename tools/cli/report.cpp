@@ -203,36 +203,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
 
 namespace moesim::tools {
 
-std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) {
-  std::string t = fmt::format("TP{} PP{}", p.tp, p.pp);
-  if (p.vpp > 1) t += fmt::format(" VPP{}", p.vpp);
-  if (m.is_moe()) {
-    // The expert-parallel size as the plan line gives it (EP32), TP-extend-EP marked.
-    t += p.moe_tp_extend_ep ? fmt::format(" EP{} tp-ext", p.ep_size()) : fmt::format(" EP{}", p.ep);
-    if (!p.moe_tp_extend_ep && p.etp_size() > 1) t += fmt::format(" ETP{}", p.etp_size());
-  }
-  if (p.cp > 1) t += fmt::format(" CP{}", p.cp);
-  t += fmt::format(" DP{} mbs{}", p.dp, p.mbs);
-  switch (p.recompute) {
-    case strategies::Recompute::None: t += " rc:none"; break;
-    case strategies::Recompute::Full: t += " rc:full"; break;
-    case strategies::Recompute::Selective: t += " rc:sel"; break;
-    case strategies::Recompute::SelectiveOp: t += " rc:op"; break;
-  }
-  if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::Hierarchical) t += " h-a2a";
-  if (m.is_moe() && p.alltoall == strategies::AllToAllAlgo::AllGather) t += " ag-a2a";
-  if (p.tp_comm_overlap) t += " tp-ovl";
-  if (m.is_moe() && p.fb_overlap) t += " fb-ovl";
-  if (m.is_moe() && p.shared_expert_overlap) t += " se-ovl";
-  if (m.is_moe() && p.adaptive_pipe_overlap) t += " apo";
-  if (p.cp > 1 && p.cp_all_gather) t += " cp-ag";
-  if (p.swap_activations > 0) t += fmt::format(" swap{:.0f}%", 100 * p.swap_activations);
-  if (p.swap_optimizer) t += " swap-opt";
-  if (p.offload_weights) t += " offload-w";
-  // The schedule, where it is not the one the virtual stages imply (1F1B / interleaved).
-  if (!strategies::schedule_traits(p.schedule).automatic) t += std::string(" ") + strategies::schedule_name(p.schedule);
-  return t;
-}
+std::string short_plan(const strategies::Plan& p, const models::ModelSpec& m) { return strategies::plan_label(p, m); }
 
 std::string format_search_table(const strategies::SearchReport& r, const strategies::Scenario& s, int top,
                                 bool wall_time) {

@@ -44,6 +44,37 @@ std::string plan_key(const Plan& p, const std::string& recompute_name) {
   return os.str();
 }
 
+std::string plan_label(const Plan& p, const models::ModelSpec& m) {
+  std::string t = fmt::format("TP{} PP{}", p.tp, p.pp);
+  if (p.vpp > 1) t += fmt::format(" VPP{}", p.vpp);
+  if (m.is_moe()) {
+    // The expert-parallel size as the plan line gives it (EP32), TP-extend-EP marked.
+    t += p.moe_tp_extend_ep ? fmt::format(" EP{} tp-ext", p.ep_size()) : fmt::format(" EP{}", p.ep);
+    if (!p.moe_tp_extend_ep && p.etp_size() > 1) t += fmt::format(" ETP{}", p.etp_size());
+  }
+  if (p.cp > 1) t += fmt::format(" CP{}", p.cp);
+  t += fmt::format(" DP{} mbs{}", p.dp, p.mbs);
+  switch (p.recompute) {
+    case Recompute::None: t += " rc:none"; break;
+    case Recompute::Full: t += " rc:full"; break;
+    case Recompute::Selective: t += " rc:sel"; break;
+    case Recompute::SelectiveOp: t += " rc:op"; break;
+  }
+  if (m.is_moe() && p.alltoall == AllToAllAlgo::Hierarchical) t += " h-a2a";
+  if (m.is_moe() && p.alltoall == AllToAllAlgo::AllGather) t += " ag-a2a";
+  if (p.tp_comm_overlap) t += " tp-ovl";
+  if (m.is_moe() && p.fb_overlap) t += " fb-ovl";
+  if (m.is_moe() && p.shared_expert_overlap) t += " se-ovl";
+  if (m.is_moe() && p.adaptive_pipe_overlap) t += " apo";
+  if (p.cp > 1 && p.cp_all_gather) t += " cp-ag";
+  if (p.swap_activations > 0) t += fmt::format(" swap{:.0f}%", 100 * p.swap_activations);
+  if (p.swap_optimizer) t += " swap-opt";
+  if (p.offload_weights) t += " offload-w";
+  // The schedule, where it is not the one the virtual stages imply (1F1B / interleaved).
+  if (!schedule_traits(p.schedule).automatic) t += std::string(" ") + schedule_name(p.schedule);
+  return t;
+}
+
 nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m) {
   // Every field the plan was simulated with, in the names the scenario's parser reads: pasted
   // back as the "parallelism" section it reproduces the plan (tests/test_search.cpp checks
@@ -455,6 +486,7 @@ void simulate_result(const SearchContext& ctx, const Candidate& c, SearchJournal
 void candidate_result(const SearchContext& ctx, const Candidate& c, SearchJournal& journal, RankedPlan& r) {
   r.key = c.key;
   r.plan = c.plan;
+  r.label = plan_label(c.plan, ctx.base.model);
   r.plan_json = plan_to_json(c.plan, ctx.base.model);
   r.estimate = c.est;
   r.fast_step_s = c.fast_step_s;
@@ -481,6 +513,7 @@ void exchange_results(const SearchContext& ctx, const std::vector<Candidate>& ca
       RankedPlan& r = batch[i];
       r.key = c.key;
       r.plan = c.plan;
+      r.label = plan_label(c.plan, ctx.base.model);
       r.plan_json = plan_to_json(c.plan, ctx.base.model);
       r.estimate = c.est;
       r.fast_step_s = c.fast_step_s;
@@ -683,6 +716,7 @@ nlohmann::json to_json(const SearchReport& r, int top) {
     nlohmann::json e = result_json(p);
     e["rank"] = rank;
     e["key"] = p.key;
+    e["label"] = p.label;
     e["plan"] = p.plan_json;
     e["estimate"] = {{"step_time_s", p.estimate.step_s},
                      {"pipeline_replayed", p.estimate.replayed},

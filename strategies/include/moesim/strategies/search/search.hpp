@@ -105,7 +105,8 @@ struct SearchOptions {
 };
 
 struct RankedPlan {
-  std::string key;
+  std::string key;    ///< unique, for files and resuming ("tp8-pp16-vpp2-ep4x-...")
+  std::string label;  ///< for people (plan_label: "TP8 PP16 VPP2 EP32 tp-ext DP48 mbs2 rc:sel h-a2a")
   Plan plan;
   nlohmann::json plan_json;  ///< in the scenario's "parallelism" form
   PlanEstimate estimate;
@@ -159,6 +160,10 @@ SearchReport search(const Scenario& base, const SearchSpace& space, const Search
 std::string plan_key(const Plan& p, const std::string& recompute_name);
 /// The plan in the scenario's "parallelism" form.
 nlohmann::json plan_to_json(const Plan& p, const models::ModelSpec& m);
+/// A plan for people, as tables show it: "TP8 PP16 VPP2 EP32 tp-ext DP48 mbs2 rc:sel h-a2a tp-ovl"
+/// (the expert-parallel size as the plan line gives it; switches abbreviated; the schedule when
+/// it is not the one the virtual stages imply).
+std::string plan_label(const Plan& p, const models::ModelSpec& m);
 
 nlohmann::json to_json(const SearchReport& r, int top);
 std::string to_csv(const SearchReport& r, int top);
