@@ -394,7 +394,7 @@ TEST_CASE("result text: a unit always has its space, and the plan line says only
                        !Catch::Contains("forward-backward overlap") && Catch::Contains("EP1"));
 }
 
-TEST_CASE("report: skewed routing draws the expert-load map; the schedule shows both passes of every stage", "[report]") {
+TEST_CASE("report: skewed routing draws the expert-load map, and the schedule shows both passes of every stage", "[report]") {
   const Scenario s = small({"moe.routing=\"zipf\""});
   const Simulation sim = simulate(s);
   tools::HtmlReportInput in;

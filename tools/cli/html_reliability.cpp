@@ -59,10 +59,14 @@ std::string chart_goodput(const strategies::CapacityPoint& p) {
     s += line(left, ypos(v / 100), left + plot_w, ypos(v / 100), "grid");
     s += text(left - 6, ypos(v / 100) + 4, fmt::format("{:.0f}%", v), "end", "small");
   }
-  for (int e = static_cast<int>(std::ceil(lo)); e <= static_cast<int>(std::floor(hi)); ++e) {
-    const double tau = std::pow(10.0, e);
-    s += text(xpos(tau), top + plot_h + 14, fmt::format("{:g} s", tau), "middle", "small");
-  }
+  // Labelled ticks at 1, 2 and 5 x each decade inside the range (a decade alone gives one or two).
+  for (int e = static_cast<int>(std::floor(lo)); e <= static_cast<int>(std::floor(hi)); ++e)
+    for (const double m : {1.0, 2.0, 5.0}) {
+      const double tau = m * std::pow(10.0, e);
+      if (std::log10(tau) < lo - 1e-9 || std::log10(tau) > hi + 1e-9) continue;
+      s += line(xpos(tau), top + plot_h, xpos(tau), top + plot_h + 4, "axis");
+      s += text(xpos(tau), top + plot_h + 14, fmt::format("{:g} s", tau), "middle", "small");
+    }
   std::string poly;
   for (const auto& [tau, g] : curve) {
     poly += fmt::format("{},{} ", f1(xpos(tau)), f1(ypos(g)));

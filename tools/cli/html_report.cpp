@@ -136,10 +136,13 @@ struct Bar {
 };
 
 std::string chart_breakdown(const std::vector<Bar>& bars) {
-  // Labels are plan names in a 12px sans font (about 6.6 px a character).
+  // Labels are plan names in a 12px sans font (about 6.6 px a character); long ones drop to the
+  // 10px font (about 5.6 px) so none runs past the left edge.
   std::size_t longest = 0;
   for (const auto& b : bars) longest = std::max(longest, b.label.size());
-  const double W = 1000, label_w = std::clamp(16 + 6.6 * static_cast<double>(longest), 200.0, 470.0), right = 70;
+  const bool small_labels = 16 + 6.6 * static_cast<double>(longest) > 470;
+  const double per_char = small_labels ? 5.6 : 6.6;
+  const double W = 1000, label_w = std::clamp(16 + per_char * static_cast<double>(longest), 200.0, 520.0), right = 70;
   const double plot_w = W - label_w - right;
   const double row_h = 22, gap = 9, top = 8;
   double xmax = 0;
@@ -167,7 +170,7 @@ std::string chart_breakdown(const std::vector<Bar>& bars) {
             "middle", "small");
   for (std::size_t i = 0; i < bars.size(); ++i) {
     const double y = top + static_cast<double>(i) * (row_h + gap);
-    s += text(label_w - 8, y + row_h / 2 + 4, bars[i].label, "end");
+    s += text(label_w - 8, y + row_h / 2 + 4, bars[i].label, "end", small_labels ? "small" : nullptr);
     double x = label_w;
     for (const auto& p : kParts) {
       const double v = p.value(bars[i].b);
