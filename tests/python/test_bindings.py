@@ -48,6 +48,18 @@ def test_simulate_equals_cli_json_of_the_718b_plan(cli, root, pangu):
     assert moesim.simulate(str(root / PANGU))["simulator"]["wall_s"] > 0
 
 
+def test_result_carries_the_critical_path_and_every_mfu_count(pangu):
+    cp = pangu["critical_path"]
+    assert cp["step_s"] == pangu["step_time_s"]
+    assert sum(cp["by_category_s"].values()) + cp["unattributed_s"] == pytest.approx(cp["step_s"], rel=1e-9)
+    assert cp["by_stage"][0]["seconds"] >= cp["by_stage"][-1]["seconds"]  # largest first
+    assert max(cp["by_category_s"], key=cp["by_category_s"].get) == "compute"
+    counts = pangu["mfu_by_definition"]
+    assert set(counts) == {"moesim", "megatron", "huawei"}
+    assert counts["huawei"]["flops_per_token"] > counts["moesim"]["flops_per_token"]
+    assert pangu["mfu_definition"] == "moesim" and counts["moesim"]["mfu"] == pangu["mfu"]
+
+
 def test_result_carries_the_cross_validated_error_band_of_its_cluster(root, pangu):
     bands = json.loads((root / "models/presets/error_bands.json").read_text())["bands"]
     band = pangu["step_time_error_band"]
