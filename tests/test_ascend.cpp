@@ -10,6 +10,7 @@
 #include "moesim/strategies/plan/plan.hpp"
 #include "moesim/strategies/search/search.hpp"
 #include "moesim/topologies/collectives.hpp"
+#include "shapes.hpp"
 
 using namespace moesim;
 using namespace moesim::strategies;
@@ -196,15 +197,7 @@ TEST_CASE("flops: Megatron's formula, hand-derived for Llama 3 70B, agrees with 
 
 TEST_CASE("collectives: HCCL's level0 / level1 algorithms can be forced, and the result names them", "[ascend][collectives]") {
   using namespace moesim::topologies;
-  GroupShape g;  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
-  g.size = 32;
-  g.nodes = 4;
-  g.per_node = 8;
-  g.mesh = true;
-  g.intra_bytes_per_s = 40e9;
-  g.intra_latency_s = 2e-6;
-  g.inter_bytes_per_s = 20e9;
-  g.inter_latency_s = 5e-6;
+  GroupShape g = test::four_mesh_servers();  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
   const double n = 1e9;
   // Auto: mesh inside, halving-doubling across (p = 4 is a power of two: one step fewer than ring).
   const CollectiveCost a = collective_cost(Collective::AllReduce, n, g);
@@ -282,15 +275,7 @@ TEST_CASE("operator speed: a factor per operator class, never past the hardware"
 
 TEST_CASE("adaptive pipe overlap: the hierarchical all-to-all's cross-server phase, hand-derived", "[ascend][apo][collectives]") {
   using namespace moesim::topologies;
-  GroupShape g;  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
-  g.size = 32;
-  g.nodes = 4;
-  g.per_node = 8;
-  g.mesh = true;
-  g.intra_bytes_per_s = 40e9;
-  g.intra_latency_s = 2e-6;
-  g.inter_bytes_per_s = 20e9;
-  g.inter_latency_s = 5e-6;
+  GroupShape g = test::four_mesh_servers();  // 4 Atlas 800T A2 servers, 8 NPUs each on the HCCS mesh
   const double n = 128e6, dedup = 0.6;
   const CollectiveCost h = collective_cost(Collective::AllToAll, n, g, Algorithm::HierarchicalAllToAll, dedup);
   // Phase 1: the bytes bound for the 3 other servers, (p - k) / p of the buffer, deduplicated,
@@ -395,16 +380,17 @@ TEST_CASE("mfu definitions: the Huawei-style count is model FLOPs plus the maske
   // The 718B: model FLOPs + the masked half (no recomputation: Huawei's 18.9% and 30.0% are in
   // proportion to their tokens/s across a change of recomputation), and the headline follows
   // simulation.mfu_definition (every definition is always reported).
-  const Result r = simulate(load_scenario_file(kPangu, {"simulation.mfu_definition=huawei"})).result;
+  const Scenario sh = load_scenario_file(kPangu, {"simulation.mfu_definition=huawei"});
+  const Result r = simulate(sh).result;
   const models::Workload w718 = models::build_workload(load_scenario_file(kPangu, {}).model, 4096);
   CHECK(r.huawei_flops_per_token == Approx(r.model_flops_per_token + w718.masked_attention_flops_per_token).epsilon(1e-12));
   // MLA: 128 heads x (192 + 128) x 2 FLOPs x 2048 masked keys on average x 3 passes, 61 layers + 1 MTP.
   CHECK(w718.masked_attention_flops_per_token == Approx(62.0 * 3 * 2 * 128 * 320 * 2048.0).epsilon(1e-12));
   CHECK(r.huawei_flops_per_token > r.model_flops_per_token);
   CHECK(r.mfu_huawei == Approx(r.mfu * r.huawei_flops_per_token / r.model_flops_per_token));
-  CHECK(r.mfu_definition == MfuDefinition::Huawei);
-  CHECK(r.mfu_chosen() == r.mfu_huawei);
-  CHECK(r.mfu_chosen() != r.mfu);
+  CHECK(sh.simulation.mfu_definition == MfuDefinition::Huawei);
+  CHECK(mfu_under(r, sh.simulation.mfu_definition) == r.mfu_huawei);
+  CHECK(mfu_under(r, sh.simulation.mfu_definition) != r.mfu);
   CHECK_THROWS_WITH(load_scenario_file(kPangu, {"simulation.mfu_definition=palm"}),
                     Catch::Contains("/simulation/mfu_definition") && Catch::Contains("huawei"));
 }

@@ -4,6 +4,7 @@
 #include <set>
 #include <tuple>
 
+#include "shapes.hpp"
 #include "moesim/sim/engine.hpp"
 #include "moesim/topologies/collectives.hpp"
 #include "moesim/strategies/lower/lower.hpp"
@@ -52,15 +53,7 @@ TEST_CASE("collectives: full-mesh reduce-scatter uses every link at once", "[str
 }
 
 TEST_CASE("collectives: hierarchical all-reduce = intra RS + inter AR on 1/k + intra AG", "[strategies][collectives]") {
-  GroupShape g;
-  g.size = 32;
-  g.nodes = 4;
-  g.per_node = 8;
-  g.mesh = true;
-  g.intra_bytes_per_s = 40e9;
-  g.intra_latency_s = 2e-6;
-  g.inter_bytes_per_s = 20e9;
-  g.inter_latency_s = 5e-6;
+  GroupShape g = test::four_mesh_servers();
   const double n = 1e9;
   const double intra = 2e-6 + n / 8 / 40e9;                               // mesh RS (= AG)
   const double inter_ring = 3 * 5e-6 + 0.75 * (n / 8) / 20e9;            // ring RS on n/8 over 4 servers

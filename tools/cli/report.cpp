@@ -94,7 +94,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
   // The headline MFU under the scenario's definition, the other two beside it.
   {
     using strategies::MfuDefinition;
-    const MfuDefinition d = r.mfu_definition;
+    const MfuDefinition d = s.simulation.mfu_definition;
     std::string others;
     auto other = [&](MfuDefinition k, const char* name, double v) {
       if (k != d) others += fmt::format("{}{}: {:.1f}%", others.empty() ? "" : ", ", name, 100 * v);
@@ -105,7 +105,7 @@ std::string format_result_table(const strategies::Result& r, const strategies::S
     const char* label = d == MfuDefinition::Megatron ? "MFU (Megatron) / HFU"
                         : d == MfuDefinition::Huawei ? "MFU (Huawei) / HFU"
                                                      : "MFU / HFU";
-    o += fmt::format("  {:<22}{:.1f}% / {:.1f}%   ({} MFU)\n", label, 100 * r.mfu_chosen(), 100 * r.hfu, others);
+    o += fmt::format("  {:<22}{:.1f}% / {:.1f}%   ({} MFU)\n", label, 100 * strategies::mfu_under(r, d), 100 * r.hfu, others);
   }
   o += fmt::format("  {:<22}{:.1f} TFLOP/s per device (peak {:.1f})\n", "model FLOP rate", r.achieved_tflops_per_device,
                    r.peak_tflops_per_device);

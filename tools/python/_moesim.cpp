@@ -583,7 +583,7 @@ py::object py_presets(const std::string& kind, const std::string& name) {
   d["models"] = to_list(moesim::models::preset_names("model"));
   d["devices"] = to_list(moesim::models::preset_names("device"));
   d["clusters"] = to_list(moesim::topologies::cluster_preset_names());
-  return std::move(d);
+  return d;
 }
 
 /// moesim::ConfigError -> moesim.ConfigError: the message is the CLI's lines (one per problem);

@@ -302,7 +302,7 @@ void LayerBuilder::emit_backward_comm(const Op& op, const std::string& bl, Progr
 // and in a forward-backward pair one micro-batch's phases overlap the other's.
 void LayerBuilder::emit_ep(ProgramBuilder& b, const Op& op, const std::string& label, int cnt, bool toward) {
   const double bytes = op.bytes_per_token * tok_.Tseq;
-  const double dedup = alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
+  const double dedup = ep_dedup();
   if (spec_.etp > 1 && !toward)  // back: reduce-scatter over ETP before the all-to-all
     b.chained(collective(GroupKind::Etp, Collective::ReduceScatter, bytes * spec_.etp, kEpComm, Stream::Ep,
                          label + ".etp", cnt));
@@ -752,8 +752,7 @@ void LayerBuilder::account_memory(const models::Program& prog, ItemProgram& ip, 
   if (spec_.adaptive_pipe_overlap && ep.nodes > 1 && ep.per_node > 1)
     for (const Op& op : prog.ops)
       if (op.kind == OpKind::Comm && op.comm == Comm::EpDispatch) {
-        const double dedup = alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, ep.nodes);
-        const double staged = 2.0 * op.bytes_per_token * tok_.Tseq * (ep.size - ep.per_node) / ep.size * dedup;
+        const double staged = 2.0 * op.bytes_per_token * tok_.Tseq * (ep.size - ep.per_node) / ep.size * ep_dedup();
         ip.transient += staged;
         if (detail)
           detail->transient_op += " (+ " + std::to_string(static_cast<long long>(staged / (1 << 20))) +

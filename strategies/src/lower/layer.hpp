@@ -120,6 +120,10 @@ class LayerBuilder {
   void emit_backward_gemm(const models::Op& op, const std::string& label, ProgramBuilder& b, ItemProgram& ip,
                           int count);
   void emit_backward_comm(const models::Op& op, const std::string& label, ProgramBuilder& b, int count);
+  /// Cross-server bytes of the expert all-to-all left after merging a token's copies per server.
+  [[nodiscard]] double ep_dedup() const {
+    return alltoall_dedup_ratio(ctx_.model.num_experts, ctx_.model.top_k, net_.shape(GroupKind::Ep).nodes);
+  }
   /// The expert all-to-all toward the experts or back from them (see layer.cpp).
   void emit_ep(ProgramBuilder& b, const models::Op& op, const std::string& label, int count, bool toward);
   /// A tensor-parallel collective; with `tp_comm_overlap` it runs beside the neighbouring GEMM.

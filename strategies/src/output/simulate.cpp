@@ -531,7 +531,6 @@ Simulation simulate_step(const Scenario& s, const CancelFlag* cancel, bool memor
   r.hfu = step > 0 ? executed / step / (devices * peak) : 0;
   r.huawei_flops_per_token = r.model_flops_per_token + w.masked_attention_flops_per_token;
   r.mfu_huawei = r.huawei_flops_per_token * r.tokens_per_s / (devices * peak);
-  r.mfu_definition = s.simulation.mfu_definition;
 
   // Where the time goes, per device.
   double weight_total = 0, comm_total = 0, comm_hidden = 0;
@@ -679,7 +678,7 @@ nlohmann::json to_json(const Result& r, const Scenario& s, bool include_wall_tim
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["mfu"] = r.mfu;
   j["hfu"] = r.hfu;
-  j["mfu_definition"] = mfu_definition_name(r.mfu_definition);
+  j["mfu_definition"] = mfu_definition_name(s.simulation.mfu_definition);
   j["mfu_by_definition"] = {
       {"moesim", {{"flops_per_token", r.model_flops_per_token}, {"mfu", r.mfu}}},
       {"megatron", {{"flops_per_token", r.megatron_flops_per_token}, {"mfu", r.mfu_megatron}}},

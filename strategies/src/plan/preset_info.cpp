@@ -54,7 +54,7 @@ void walk(const nlohmann::json& j, const std::string& prefix, nlohmann::json& ou
                                 msg + ". Known: " + known}});
 }
 
-nlohmann::json derived_model(const nlohmann::json& config, std::string_view name) {
+nlohmann::json derived_model(std::string_view name) {
   Diagnostics diag("moesim presets");
   const models::ModelSpec m = models::load_model(nlohmann::json(std::string(name)), "/models", diag, "");
   diag.throw_if_any();
@@ -69,14 +69,15 @@ nlohmann::json derived_model(const nlohmann::json& config, std::string_view name
   }
   for (const int seq : {4096, 8192}) {
     const models::Workload w = models::build_workload(m, seq);
-    d["parameters_total"] = w.params_total;
-    d["parameters_active_per_token"] = w.params_active_per_token;
+    if (seq == 4096) {  // the same at any length
+      d["parameters_total"] = w.params_total;
+      d["parameters_active_per_token"] = w.params_active_per_token;
+    }
     const std::string at = seq == 4096 ? "4k" : "8k";
     d["training_flops_per_token_" + at] = w.model_flops_per_token;
     d["megatron_flops_per_token_" + at] = models::megatron_flops_per_token(m, seq);
     d["full_mask_flops_per_token_" + at] = w.model_flops_per_token + w.masked_attention_flops_per_token;
   }
-  (void)config;
   return d;
 }
 
@@ -124,7 +125,7 @@ nlohmann::json describe_preset(std::string_view kind, std::string_view name) {
   out["description"] = preset->value("description", preset->value("_source", std::string()));
   out["values"] = nlohmann::json::array();
   walk(*preset, "", out["values"]);
-  if (kind == "models") out["derived"] = derived_model(*preset, name);
+  if (kind == "models") out["derived"] = derived_model(name);
   else if (kind == "clusters") out["derived"] = derived_cluster(*preset, name);
   else out["derived"] = nlohmann::json::object();
   out["preset"] = *preset;

@@ -109,13 +109,7 @@ struct Result {
   /// "MFU definitions").
   double huawei_flops_per_token = 0;
   double mfu_huawei = 0;
-  /// The scenario's simulation.mfu_definition and the MFU under it.
-  MfuDefinition mfu_definition = MfuDefinition::Moesim;
-  [[nodiscard]] double mfu_chosen() const {
-    return mfu_definition == MfuDefinition::Megatron ? mfu_megatron
-           : mfu_definition == MfuDefinition::Huawei ? mfu_huawei
-                                                     : mfu;
-  }
+
   double achieved_tflops_per_device = 0;
   double peak_tflops_per_device = 0;
   double peak_memory_bytes = 0;
@@ -146,6 +140,11 @@ struct Result {
   std::optional<MemoryDetail> memory_detail;
   std::optional<StragglerResult> stragglers;
 };
+
+/// The result's MFU under a FLOP count (the scenario's simulation.mfu_definition picks the headline).
+[[nodiscard]] inline double mfu_under(const Result& r, MfuDefinition d) {
+  return d == MfuDefinition::Megatron ? r.mfu_megatron : d == MfuDefinition::Huawei ? r.mfu_huawei : r.mfu;
+}
 
 /// Everything a run produced: the result, and the graph and run for traces and reports.
 struct Simulation {
